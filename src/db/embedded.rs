@@ -1,0 +1,1 @@
+//! A private PostgreSQL cluster managed by this process (placeholder).
