@@ -1,0 +1,83 @@
+//! `webhook-inbox serve`: database, migrations, providers, then HTTP until a
+//! shutdown signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{DatabaseConfig, ServeConfig};
+use crate::db::{self, Database};
+use crate::handlers::Handlers;
+use crate::http::{self, AppState, Limits};
+use crate::providers::Registry;
+use crate::providers::clerk::Clerk;
+use crate::providers::paddle::Paddle;
+
+/// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
+pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Result<()> {
+    let providers = providers(&config)?;
+    let listener = TcpListener::bind(config.listen_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
+    let db = Database::connect(database).await?;
+    db::MIGRATOR.run(&db.pool).await.context("applying migrations")?;
+
+    let state = AppState {
+        pool: db.pool.clone(),
+        providers: Arc::new(providers),
+        handlers: Arc::new(Handlers { price_credits: config.paddle_price_credits.clone() }),
+        limits: Limits {
+            max_body_bytes: config.max_body_bytes,
+            body_read_timeout: config.request_read_timeout(),
+        },
+        tasks: TaskTracker::new(),
+    };
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        enabled = ?state.providers.names(),
+        "listening"
+    );
+    http::serve(
+        listener,
+        http::app(state.clone()),
+        state.tasks.clone(),
+        config.request_read_timeout(),
+        shutdown_signal(),
+        Duration::from_secs(config.shutdown_grace_secs),
+    )
+    .await;
+    db.close().await;
+    Ok(())
+}
+
+/// The providers with secrets configured; the others are logged as disabled.
+fn providers(config: &ServeConfig) -> anyhow::Result<Registry> {
+    let tolerance = config.signature_tolerance_secs;
+    let mut registry = Registry::default();
+    if config.paddle_webhook_secret.0.is_empty() {
+        tracing::warn!("PADDLE_WEBHOOK_SECRET is not set: /billing/webhook answers 503");
+    } else {
+        registry = registry.with(Paddle::new(&config.paddle_webhook_secret.0, tolerance));
+    }
+    if config.clerk_webhook_secret.0.is_empty() {
+        tracing::warn!("CLERK_WEBHOOK_SECRET is not set: /account/webhook answers 503");
+    } else {
+        let clerk = Clerk::new(&config.clerk_webhook_secret.0, tolerance).context("CLERK_WEBHOOK_SECRET")?;
+        registry = registry.with(clerk);
+    }
+    Ok(registry)
+}
+
+/// Resolves on SIGTERM (how orchestrators stop a process) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("Ctrl-C received"),
+        _ = terminate.recv() => tracing::info!("SIGTERM received"),
+    }
+}

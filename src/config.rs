@@ -1,0 +1,127 @@
+//! Configuration: command-line flags, each with an environment variable
+//! fallback. Secrets are parsed into `SecretString`s and never printed, not
+//! even by `--help`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use secrecy::SecretString;
+
+use crate::handlers::billing::PriceCredits;
+
+/// Where the database is and how the pool uses it. Shared by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseConfig {
+    /// PostgreSQL URL. Unset: an embedded PostgreSQL under --data-dir, started and stopped by this process.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_parser = parse_secret, global = true)]
+    pub database_url: Option<SecretString>,
+
+    /// Directory of the embedded PostgreSQL cluster (used only without DATABASE_URL).
+    #[arg(long, env = "DATA_DIR", default_value = ".webhook-inbox", global = true)]
+    pub data_dir: PathBuf,
+
+    /// Most connections the pool opens.
+    #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16, global = true)]
+    pub db_max_connections: u32,
+
+    /// How long a request waits for a pooled connection before answering 503.
+    #[arg(long, env = "DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000, global = true)]
+    pub db_acquire_timeout_ms: u64,
+
+    /// How long a delivery waits behind a concurrent delivery of the same event (PostgreSQL lock_timeout) before answering 503.
+    #[arg(long, env = "LOCK_TIMEOUT_MS", default_value_t = 3000, global = true)]
+    pub lock_timeout_ms: u64,
+}
+
+/// How `serve` listens, verifies and applies.
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
+    pub listen_addr: SocketAddr,
+
+    /// Paddle notification secret keys, comma-separated (several during rotation). Unset: the Paddle route answers 503.
+    #[arg(long, env = "PADDLE_WEBHOOK_SECRET", hide_env_values = true, default_value = "")]
+    pub paddle_webhook_secret: SecretList,
+
+    /// Clerk (Svix) signing secrets `whsec_...`, comma-separated. Unset: the Clerk route answers 503.
+    #[arg(long, env = "CLERK_WEBHOOK_SECRET", hide_env_values = true, default_value = "")]
+    pub clerk_webhook_secret: SecretList,
+
+    /// Largest accepted difference, into the past or the future, between a signature's timestamp and now.
+    #[arg(long, env = "SIGNATURE_TOLERANCE_SECS", default_value_t = 300)]
+    pub signature_tolerance_secs: u64,
+
+    /// Largest accepted request body; larger ones are answered 413.
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Time a client gets to send the request headers, and then the body, before the connection is closed (slow clients).
+    #[arg(long, env = "REQUEST_READ_TIMEOUT_SECS", default_value_t = 10)]
+    pub request_read_timeout_secs: u64,
+
+    /// Credits per unit of each Paddle price, e.g. `pri_a=100,pri_b=500`.
+    #[arg(long, env = "PADDLE_PRICE_CREDITS", default_value = "")]
+    pub paddle_price_credits: PriceCredits,
+
+    /// On SIGTERM or Ctrl-C, how long in-flight deliveries get to finish before the process exits.
+    #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 25)]
+    pub shutdown_grace_secs: u64,
+}
+
+impl ServeConfig {
+    /// The body and header read timeout.
+    pub fn request_read_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_read_timeout_secs)
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A comma-separated list of secrets; empty entries are ignored.
+#[derive(Clone, Default)]
+pub struct SecretList(pub Vec<SecretString>);
+
+impl FromStr for SecretList {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(SecretList(
+            text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(SecretString::from).collect(),
+        ))
+    }
+}
+
+impl std::fmt::Debug for SecretList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[REDACTED; {}]", self.0.len())
+    }
+}
+
+fn parse_secret(text: &str) -> Result<SecretString, std::convert::Infallible> {
+    Ok(SecretString::from(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    #[test]
+    fn secret_lists_split_on_commas_and_never_debug_print() {
+        let list: SecretList = " a , ,b,".parse().unwrap();
+        let exposed: Vec<&str> = list.0.iter().map(|s| s.expose_secret()).collect();
+        assert_eq!(exposed, ["a", "b"]);
+        assert_eq!(format!("{list:?}"), "[REDACTED; 2]");
+    }
+}

@@ -1,0 +1,65 @@
+//! What every provider's delivery boils down to once it is verified and parsed.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
+
+/// Longest event id or event type accepted. Both go into a btree index, and
+/// every provider we know sends ids of a few dozen bytes.
+pub const MAX_IDENTIFIER_LEN: usize = 255;
+
+/// The provider-neutral view of one delivered event, borrowed from the request.
+#[derive(Debug)]
+pub struct Event<'a> {
+    /// The provider's stable id for the event; the dedup key with the provider name.
+    pub id: Cow<'a, str>,
+    /// The provider's event type, e.g. `subscription.created`.
+    pub event_type: Cow<'a, str>,
+    /// When the provider says the event happened; orders state changes.
+    pub occurred_at: Option<DateTime<Utc>>,
+    /// Paddle's per-attempt notification id (a dashboard replay gets a new one).
+    pub notification_id: Option<Cow<'a, str>>,
+    /// The event's `data` object, parsed lazily by the handler that needs it.
+    pub data: Option<&'a RawValue>,
+}
+
+/// Why a signed body could not be read as an event: answered with 400.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EventError {
+    /// The body is not one well-formed JSON value.
+    #[error("body is not valid JSON")]
+    NotJson,
+    /// The body is JSON, but not an object of the provider's event format.
+    #[error("body is not a {0} event object")]
+    NotAnEvent(&'static str),
+    /// A required field is absent, empty or of the wrong type.
+    #[error("missing or invalid {0}")]
+    Missing(&'static str),
+    /// An id or type longer than [`MAX_IDENTIFIER_LEN`].
+    #[error("{0} is longer than 255 bytes")]
+    TooLong(&'static str),
+    /// A timestamp field that does not parse.
+    #[error("invalid {0}")]
+    InvalidTimestamp(&'static str),
+}
+
+impl EventError {
+    /// Classifies a serde_json error without quoting the payload back.
+    pub fn from_json(error: &serde_json::Error, format: &'static str) -> Self {
+        use serde_json::error::Category;
+        match error.classify() {
+            Category::Data => EventError::NotAnEvent(format),
+            Category::Syntax | Category::Eof | Category::Io => EventError::NotJson,
+        }
+    }
+}
+
+/// Checks a required identifier (event id or type): present, non-empty, bounded.
+pub fn required<'a>(value: Option<Cow<'a, str>>, field: &'static str) -> Result<Cow<'a, str>, EventError> {
+    match value {
+        Some(value) if value.len() > MAX_IDENTIFIER_LEN => Err(EventError::TooLong(field)),
+        Some(value) if !value.is_empty() => Ok(value),
+        _ => Err(EventError::Missing(field)),
+    }
+}

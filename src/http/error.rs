@@ -1,0 +1,113 @@
+//! Every answer other than success: a status code and `{"error": "<reason>"}`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::event::EventError;
+use crate::inbox::InboxError;
+use crate::providers::SignatureError;
+
+/// Seconds a provider is asked to wait before retrying a 503.
+const RETRY_AFTER_SECS: &str = "5";
+
+/// What the HTTP layer can answer besides success.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The signature check failed: 401, nothing stored.
+    #[error(transparent)]
+    Unauthorized(#[from] SignatureError),
+    /// Signed, but not an event we can read: 400, nothing stored.
+    #[error(transparent)]
+    InvalidEvent(#[from] EventError),
+    /// The body exceeds the configured limit: 413.
+    #[error("body larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    /// The body did not arrive within the read timeout: 408.
+    #[error("timed out reading the request body")]
+    BodyTimeout,
+    /// The body could not be read (the client went away mid-body): 400.
+    #[error("could not read the request body")]
+    BodyRead,
+    /// The provider has no secret configured: 503, so it retries once it is.
+    #[error("provider {0} is not configured")]
+    ProviderDisabled(String),
+    /// The handler failed; archived FAILED: 500, so the provider retries.
+    #[error("event handler failed; the delivery is archived as FAILED")]
+    HandlerFailed {
+        /// The event whose handler failed.
+        event_id: String,
+    },
+    /// The transaction could not run; nothing was committed.
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+    /// The route is unknown: 404.
+    #[error("not found")]
+    NotFound,
+    /// The route exists but not with this method: 405.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// A bug (e.g. a panic outside a handler): 500.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    /// The HTTP status of each answer.
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::InvalidEvent(_) | ApiError::BodyRead => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ApiError::ProviderDisabled(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Inbox(InboxError::Unavailable(_) | InboxError::Busy) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Inbox(InboxError::UnstorablePayload) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::HandlerFailed { .. }
+            | ApiError::Inbox(InboxError::Database(_))
+            | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The word recorded as the request span's `outcome`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized(_) => "rejected",
+            ApiError::HandlerFailed { .. } => "failed",
+            ApiError::Inbox(InboxError::Busy) => "busy",
+            ApiError::Inbox(InboxError::Unavailable(_)) | ApiError::ProviderDisabled(_) => "unavailable",
+            ApiError::Inbox(InboxError::Database(_)) | ApiError::Internal => "error",
+            _ => "invalid",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        // Internal causes are logged once, inside the request span, never sent.
+        match &self {
+            ApiError::Inbox(InboxError::Database(source)) => {
+                tracing::error!(error = %source, "database error")
+            }
+            ApiError::Inbox(InboxError::Unavailable(source)) => {
+                tracing::warn!(error = %source, "database unavailable")
+            }
+            _ => {}
+        }
+        let status = self.status_code();
+        let body = match &self {
+            ApiError::HandlerFailed { event_id } => {
+                json!({ "error": self.to_string(), "event_id": event_id })
+            }
+            _ => json!({ "error": self.to_string() }),
+        };
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+        }
+        response
+    }
+}

@@ -1,0 +1,92 @@
+//! HTTP: the routes, their answers, and the server around them.
+
+mod error;
+mod health;
+mod serve;
+mod webhook;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::routing::{get, post};
+use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+use crate::handlers::Handlers;
+use crate::providers::Registry;
+use crate::providers::clerk::Clerk;
+use crate::providers::paddle::Paddle;
+pub use error::ApiError;
+pub use serve::serve;
+
+/// Bounds on what a client may send.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest accepted body.
+    pub max_body_bytes: usize,
+    /// Time allowed to receive the body once the headers are in.
+    pub body_read_timeout: Duration,
+}
+
+/// Everything a request handler needs.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub pool: PgPool,
+    /// The enabled providers.
+    pub providers: Arc<Registry>,
+    /// The side effects and their configuration.
+    pub handlers: Arc<Handlers>,
+    /// Bounds on request bodies.
+    pub limits: Limits,
+    /// Deliveries in flight, which shutdown waits for.
+    pub tasks: TaskTracker,
+}
+
+/// The service's routes. Tests drive this in-process; `serve` puts it on a socket.
+pub fn app(state: AppState) -> Router {
+    let webhook = |provider: &'static str| {
+        post(move |state: State<AppState>, request: Request| webhook::receive(state, provider, request))
+    };
+    Router::new()
+        .route("/billing/webhook", webhook(Paddle::NAME))
+        .route("/account/webhook", webhook(Clerk::NAME))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(state)
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(request_span)
+                        .on_response(DefaultOnResponse::new().level(Level::INFO))
+                        // 5xx causes are logged where they are known; no second line.
+                        .on_failure(()),
+                )
+                .layer(PropagateRequestIdLayer::x_request_id()),
+        )
+}
+
+/// One span per request; provider, event_id and outcome are filled in once known.
+fn request_span(request: &Request) -> tracing::Span {
+    let route = request.extensions().get::<MatchedPath>().map_or("", MatchedPath::as_str);
+    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        route,
+        request_id,
+        provider = tracing::field::Empty,
+        event_id = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
+}

@@ -1,0 +1,125 @@
+//! `POST` a webhook: read the body, verify, parse, then run the inbox
+//! transaction in a task of its own.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::{Value, json};
+use tracing::{Instrument, Span};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::event::EventError;
+use crate::inbox::{self, Delivery, Outcome};
+use crate::providers::Provider;
+
+/// Longest request id kept in the archive; longer client-sent ids are dropped.
+const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// Receives one delivery for the provider called `provider_name`.
+pub async fn receive(
+    State(state): State<AppState>,
+    provider_name: &'static str,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let span = Span::current();
+    span.record("provider", provider_name);
+    let result = receive_inner(state, provider_name, request).await;
+    span.record(
+        "outcome",
+        match &result {
+            Ok((Outcome::Processed { .. }, _)) => "processed",
+            Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
+            Ok((Outcome::Failed { .. }, _)) => "failed",
+            Err(error) => error.outcome(),
+        },
+    );
+    match result? {
+        (Outcome::Processed { .. }, event_id) => {
+            Ok(Json(json!({ "event_id": event_id, "status": "processed" })))
+        }
+        (Outcome::Duplicate { .. }, event_id) => {
+            Ok(Json(json!({ "event_id": event_id, "idempotent": true })))
+        }
+        (Outcome::Failed { archive_id, .. }, event_id) => {
+            // The error text may quote the payload: it is in the archive row, not here.
+            tracing::warn!(archive_id, "event handler failed");
+            Err(ApiError::HandlerFailed { event_id })
+        }
+    }
+}
+
+async fn receive_inner(
+    state: AppState,
+    provider_name: &'static str,
+    request: Request,
+) -> Result<(Outcome, String), ApiError> {
+    let provider = state
+        .providers
+        .get(provider_name)
+        .cloned()
+        .ok_or_else(|| ApiError::ProviderDisabled(provider_name.to_string()))?;
+    let (parts, body) = request.into_parts();
+    let body = read_body(&parts.headers, body, &state).await?;
+
+    // The work runs in its own task, so a client that disconnects cannot
+    // cancel it half way: the transaction commits or rolls back as a whole.
+    // The tracker lets shutdown wait for it.
+    let tasks = state.tasks.clone();
+    let task = tasks.spawn(
+        async move { verify_and_deliver(&state, provider, &parts.headers, &body).await }
+            .instrument(Span::current()),
+    );
+    task.await.map_err(|_| ApiError::Internal)?
+}
+
+async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<Bytes, ApiError> {
+    let limit = state.limits.max_body_bytes;
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(ApiError::PayloadTooLarge(limit));
+    }
+    let collect = Limited::new(body, limit).collect();
+    match tokio::time::timeout(state.limits.body_read_timeout, collect).await {
+        Err(_) => Err(ApiError::BodyTimeout),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) if error.is::<LengthLimitError>() => Err(ApiError::PayloadTooLarge(limit)),
+        Ok(Err(_)) => Err(ApiError::BodyRead),
+    }
+}
+
+async fn verify_and_deliver(
+    state: &AppState,
+    provider: Arc<dyn Provider>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(Outcome, String), ApiError> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    // Nothing touches the database before this check passes: an unsigned
+    // request must not be able to write anything.
+    let verified = provider.verify(headers, body, now).inspect_err(|reason| {
+        tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
+    })?;
+    let payload = std::str::from_utf8(body).map_err(|_| EventError::NotJson)?;
+    let event = provider.parse_event(headers, body)?;
+    Span::current().record("event_id", event.id.as_ref());
+    let event_id = event.id.to_string();
+    let request_id =
+        headers.get("x-request-id").and_then(|v| v.to_str().ok()).filter(|id| id.len() <= MAX_REQUEST_ID_LEN);
+    let delivery = Delivery {
+        provider: provider.name(),
+        event,
+        payload,
+        signature: verified.signature,
+        secret_index: Some(verified.secret_index),
+        request_id,
+    };
+    let outcome = inbox::deliver(&state.pool, &state.handlers, &delivery).await?;
+    Ok((outcome, event_id))
+}

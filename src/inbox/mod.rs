@@ -1,0 +1,117 @@
+//! The inbox: one verified delivery, one database transaction, so that each
+//! event's side effects are committed if and only if its dedup row is
+//! (DESIGN.md "One delivery, step by step").
+
+mod archive;
+mod error;
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use sqlx::PgPool;
+
+use crate::event::Event;
+use crate::handlers::{Handler, HandlerError, Handlers};
+pub use error::InboxError;
+
+/// One verified delivery, ready to be recorded and applied.
+#[derive(Debug)]
+pub struct Delivery<'a> {
+    /// The provider's name, the first half of the dedup key.
+    pub provider: &'a str,
+    /// The event inside the delivery.
+    pub event: Event<'a>,
+    /// The raw body: valid JSON, stored as received (as `jsonb`).
+    pub payload: &'a str,
+    /// The signature header as received.
+    pub signature: &'a str,
+    /// Which configured secret verified it.
+    pub secret_index: Option<usize>,
+    /// The request id the delivery arrived with, to join logs and archive.
+    pub request_id: Option<&'a str>,
+}
+
+/// What became of a delivery. Every variant has been committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// First delivery of the event: its side effects are committed.
+    Processed {
+        /// The archive row of this delivery.
+        archive_id: i64,
+    },
+    /// The event was already processed: archived SKIPPED, nothing applied.
+    Duplicate {
+        /// The archive row of this delivery.
+        archive_id: i64,
+    },
+    /// The handler failed: nothing applied, archived FAILED with the error,
+    /// no dedup row, so the next delivery of the event tries again.
+    Failed {
+        /// The archive row of this delivery.
+        archive_id: i64,
+        /// What went wrong, as stored in `error_message`.
+        error: String,
+    },
+}
+
+/// Records a delivery and applies its event exactly once.
+///
+/// Returns only after COMMIT has returned; an `Err` means nothing was committed.
+pub async fn deliver(
+    pool: &PgPool,
+    handlers: &Handlers,
+    delivery: &Delivery<'_>,
+) -> Result<Outcome, InboxError> {
+    match Handler::for_event(delivery.provider, &delivery.event.event_type) {
+        // Nothing can fail after the dedup insert, so one autocommitted
+        // statement (archive + dedup) is the whole transaction.
+        None => match archive::record(pool, delivery).await? {
+            (archive_id, true) => Ok(Outcome::Processed { archive_id }),
+            (archive_id, false) => Ok(Outcome::Duplicate { archive_id }),
+        },
+        Some(handler) => apply_once(pool, handlers, handler, delivery).await,
+    }
+}
+
+async fn apply_once(
+    pool: &PgPool,
+    handlers: &Handlers,
+    handler: Handler,
+    delivery: &Delivery<'_>,
+) -> Result<Outcome, InboxError> {
+    // The savepoint is taken before the dedup insert: rolling back to it on a
+    // handler error drops the dedup row and every partial effect at once,
+    // and keeps the transaction alive to archive the failure. Sent with BEGIN
+    // in one round trip.
+    let mut tx = pool.begin_with("BEGIN; SAVEPOINT before_dedup").await?;
+    let (archive_id, first) = archive::record(&mut *tx, delivery).await?;
+    if !first {
+        tx.commit().await?;
+        return Ok(Outcome::Duplicate { archive_id });
+    }
+    let applied = AssertUnwindSafe(handlers.apply(handler, &mut tx, &delivery.event))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| Err(HandlerError::Panicked(panic_message(&*panic))));
+    match applied {
+        Ok(()) => {
+            tx.commit().await?;
+            Ok(Outcome::Processed { archive_id })
+        }
+        Err(error) => {
+            let error = error.to_string();
+            sqlx::query("ROLLBACK TO SAVEPOINT before_dedup").execute(&mut *tx).await?;
+            let archive_id = archive::record_failure(&mut *tx, delivery, &error).await?;
+            tx.commit().await?;
+            Ok(Outcome::Failed { archive_id, error })
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}

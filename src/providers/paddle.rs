@@ -1,0 +1,277 @@
+//! Paddle Billing: `Paddle-Signature: ts=<unix>;h1=<hex>[;h1=<hex>...]`,
+//! HMAC-SHA256 keyed with the secret's UTF-8 bytes over `<ts>:<raw body>`.
+//! The event id and type are in the body (`event_id`, `event_type`).
+
+use std::borrow::Cow;
+
+use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
+use secrecy::{ExposeSecret, SecretSlice, SecretString};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::signature::{self, SignatureError, SigningKeys, TAG_LEN};
+use super::{Provider, Verified, header_str};
+use crate::event::{self, Event, EventError};
+
+const SIGNATURE_HEADER: &str = "Paddle-Signature";
+
+/// Verifies and reads Paddle Billing notifications.
+#[derive(Debug)]
+pub struct Paddle {
+    keys: SigningKeys,
+    tolerance_secs: u64,
+}
+
+impl Paddle {
+    /// The provider name stored with each Paddle event.
+    pub const NAME: &'static str = "paddle";
+
+    /// Paddle signs with the secret key as text: its UTF-8 bytes are the HMAC key.
+    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Self {
+        let keys = secrets
+            .iter()
+            .map(|secret| SecretSlice::from(secret.expose_secret().as_bytes().to_vec()))
+            .collect();
+        Paddle { keys: SigningKeys::new(keys), tolerance_secs }
+    }
+}
+
+impl Provider for Paddle {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn verify<'h>(
+        &self,
+        headers: &'h HeaderMap,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified<'h>, SignatureError> {
+        let header = header_str(headers, SIGNATURE_HEADER)?;
+        let parsed = SignatureHeader::parse(header)?;
+        signature::check_timestamp(parsed.timestamp, now, self.tolerance_secs)?;
+        // The signed message is the timestamp exactly as sent, a colon, the raw body.
+        let message = [parsed.ts.as_bytes(), b":", body];
+        self.keys
+            .position_of_match(&message, &parsed.h1)
+            .map(|secret_index| Verified { secret_index, signature: header })
+            .ok_or(SignatureError::NoMatchingSignature)
+    }
+
+    fn parse_event<'a>(&self, _headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
+        let envelope: Envelope<'a> =
+            serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "Paddle"))?;
+        let occurred_at = match envelope.occurred_at {
+            Some(text) => Some(
+                DateTime::parse_from_rfc3339(&text)
+                    .map_err(|_| EventError::InvalidTimestamp("occurred_at"))?
+                    .with_timezone(&Utc),
+            ),
+            None => None,
+        };
+        Ok(Event {
+            id: event::required(envelope.event_id, "event_id")?,
+            event_type: event::required(envelope.event_type, "event_type")?,
+            occurred_at,
+            notification_id: envelope.notification_id,
+            data: envelope.data,
+        })
+    }
+}
+
+/// The notification body's top level, as Paddle documents it.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    event_type: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    occurred_at: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    notification_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    data: Option<&'a RawValue>,
+}
+
+/// A parsed `Paddle-Signature` header.
+#[derive(Debug, PartialEq)]
+struct SignatureHeader<'h> {
+    /// The timestamp as sent: the signed message uses this text, not a re-rendering.
+    ts: &'h str,
+    timestamp: i64,
+    /// Every `h1` that decodes as a SHA-256 tag; any may match (Paddle rotates secrets).
+    h1: Vec<[u8; TAG_LEN]>,
+}
+
+impl<'h> SignatureHeader<'h> {
+    /// Parses `ts=...;h1=...`; unknown keys are ignored, as Paddle asks, and an
+    /// `h1` that is not 64 hex digits is a signature that matches nothing.
+    fn parse(header: &'h str) -> Result<Self, SignatureError> {
+        let malformed = SignatureError::MalformedHeader(SIGNATURE_HEADER);
+        let mut ts = None;
+        let mut h1 = Vec::new();
+        let mut h1_entries = 0usize;
+        for part in header.split(';') {
+            let (key, value) = part.split_once('=').ok_or(malformed)?;
+            match key.trim() {
+                "ts" if ts.is_none() => ts = Some(value.trim()),
+                "ts" => return Err(malformed),
+                "h1" => {
+                    h1_entries += 1;
+                    let mut tag = [0u8; TAG_LEN];
+                    if hex::decode_to_slice(value.trim(), &mut tag).is_ok() {
+                        h1.push(tag);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let ts = ts.ok_or(malformed)?;
+        let timestamp = signature::parse_unix_seconds(ts).ok_or(malformed)?;
+        if h1_entries == 0 {
+            return Err(malformed);
+        }
+        Ok(SignatureHeader { ts, timestamp, h1 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn paddle(secrets: &[&str]) -> Paddle {
+        let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
+        Paddle::new(&secrets, 300)
+    }
+
+    fn headers(signature: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(SIGNATURE_HEADER, HeaderValue::from_str(signature).unwrap());
+        headers
+    }
+
+    fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
+        let tag = signature::hmac_sha256(secret.as_bytes(), &[ts.to_string().as_bytes(), b":", body]);
+        format!("ts={ts};h1={}", hex::encode(tag))
+    }
+
+    #[test]
+    fn the_published_vectors_verify() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/signature-vectors.json")).unwrap();
+        let vectors = vectors["paddle"].as_array().unwrap();
+        assert!(vectors.len() >= 5);
+        for vector in vectors {
+            let (secret, header, body) = (
+                vector["secret"].as_str().unwrap(),
+                vector["header"].as_str().unwrap(),
+                vector["body"].as_str().unwrap(),
+            );
+            let ts = vector["ts"].as_i64().unwrap();
+            let signed = headers(header);
+            let verified = paddle(&[secret]).verify(&signed, body.as_bytes(), ts);
+            assert_eq!(verified.map(|v| v.secret_index), Ok(0), "{}", vector["source"]);
+
+            // Changing any one byte of the body, the timestamp or the secret fails.
+            for i in 0..body.len() {
+                let mut tampered = body.as_bytes().to_vec();
+                tampered[i] ^= 0x01;
+                assert!(paddle(&[secret]).verify(&signed, &tampered, ts).is_err());
+            }
+            let other_ts = header.replacen(&format!("ts={ts}"), &format!("ts={}", ts + 1), 1);
+            assert_eq!(
+                paddle(&[secret]).verify(&headers(&other_ts), body.as_bytes(), ts).unwrap_err(),
+                SignatureError::NoMatchingSignature
+            );
+            let mut wrong_secret = secret.to_string();
+            wrong_secret.push('x');
+            assert_eq!(
+                paddle(&[&wrong_secret]).verify(&signed, body.as_bytes(), ts).unwrap_err(),
+                SignatureError::NoMatchingSignature
+            );
+        }
+    }
+
+    #[test]
+    fn any_configured_secret_verifies_and_its_position_is_reported() {
+        let body = br#"{"event_id":"evt_1"}"#;
+        let header = sign("new", 1000, body);
+        let signed = headers(&header);
+        let verified = paddle(&["old", "new"]).verify(&signed, body, 1000).unwrap();
+        assert_eq!(verified.secret_index, 1);
+        assert_eq!(verified.signature, header);
+    }
+
+    #[test]
+    fn the_timestamp_window_applies_before_the_signature() {
+        let body = b"{}";
+        let verifier = paddle(&["s"]);
+        assert_eq!(
+            verifier.verify(&headers(&sign("s", 1000, body)), body, 1301).unwrap_err(),
+            SignatureError::TimestampTooOld
+        );
+        assert_eq!(
+            verifier.verify(&headers(&sign("s", 1301, body)), body, 1000).unwrap_err(),
+            SignatureError::TimestampInFuture
+        );
+    }
+
+    #[test]
+    fn malformed_headers_are_told_apart_from_wrong_signatures() {
+        let verifier = paddle(&["s"]);
+        assert_eq!(
+            verifier.verify(&HeaderMap::new(), b"", 0).unwrap_err(),
+            SignatureError::MissingHeader(SIGNATURE_HEADER)
+        );
+        for bad in ["", "garbage", "ts=1", "h1=00", "ts=abc;h1=00", "ts=-1;h1=00", "ts=1;ts=1;h1=00"] {
+            assert_eq!(
+                verifier.verify(&headers(bad), b"", 1).unwrap_err(),
+                SignatureError::MalformedHeader(SIGNATURE_HEADER),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            verifier.verify(&headers("ts=1;h1=nothex"), b"", 1).unwrap_err(),
+            SignatureError::NoMatchingSignature
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_spaces_in_the_header_are_ignored() {
+        let body = b"{}";
+        let header = format!("ts=1000; future=x; {}", sign("s", 1000, body).split(';').nth(1).unwrap());
+        assert!(paddle(&["s"]).verify(&headers(&header), body, 1000).is_ok());
+    }
+
+    #[test]
+    fn the_event_is_read_from_the_body() {
+        let body = br#"{"event_id":"evt_1","event_type":"subscription.created","occurred_at":"2024-03-15T10:32:38.286848Z","notification_id":"ntf_1","data":{"id":"sub_1"}}"#;
+        let no_headers = HeaderMap::new();
+        let event = paddle(&[]).parse_event(&no_headers, body).unwrap();
+        assert_eq!(event.id, "evt_1");
+        assert_eq!(event.event_type, "subscription.created");
+        assert_eq!(event.notification_id.as_deref(), Some("ntf_1"));
+        assert_eq!(event.occurred_at.unwrap().to_rfc3339(), "2024-03-15T10:32:38.286848+00:00");
+        assert_eq!(event.data.unwrap().get(), r#"{"id":"sub_1"}"#);
+    }
+
+    #[test]
+    fn bodies_without_an_event_are_refused_with_a_reason() {
+        let parse = |body: &[u8]| paddle(&[]).parse_event(&HeaderMap::new(), body).unwrap_err();
+        assert_eq!(parse(b"not json"), EventError::NotJson);
+        assert_eq!(parse(b"[1]"), EventError::NotAnEvent("Paddle"));
+        assert_eq!(parse(br#"{"event_type":"x"}"#), EventError::Missing("event_id"));
+        assert_eq!(parse(br#"{"event_id":"","event_type":"x"}"#), EventError::Missing("event_id"));
+        assert_eq!(parse(br#"{"event_id":"e"}"#), EventError::Missing("event_type"));
+        assert_eq!(parse(br#"{"event_id":7,"event_type":"x"}"#), EventError::NotAnEvent("Paddle"));
+        assert_eq!(
+            parse(br#"{"event_id":"e","event_type":"x","occurred_at":"yesterday"}"#),
+            EventError::InvalidTimestamp("occurred_at")
+        );
+        let long = format!(r#"{{"event_id":"{}","event_type":"x"}}"#, "e".repeat(256));
+        assert_eq!(parse(long.as_bytes()), EventError::TooLong("event_id"));
+    }
+}
