@@ -1,12 +1,10 @@
 //! `webhook-inbox serve`: database, migrations, providers, then HTTP until a
 //! shutdown signal.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio_util::task::TaskTracker;
 
 use crate::config::{DatabaseConfig, ServeConfig};
 use crate::db::{self, Database};
@@ -25,16 +23,12 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     let db = Database::connect(database).await?;
     db::MIGRATOR.run(&db.pool).await.context("applying migrations")?;
 
-    let state = AppState {
-        pool: db.pool.clone(),
-        providers: Arc::new(providers),
-        handlers: Arc::new(Handlers { price_credits: config.paddle_price_credits.clone() }),
-        limits: Limits {
-            max_body_bytes: config.max_body_bytes,
-            body_read_timeout: config.request_read_timeout(),
-        },
-        tasks: TaskTracker::new(),
-    };
+    let state = AppState::new(
+        db.pool.clone(),
+        providers,
+        Handlers { price_credits: config.paddle_price_credits.clone() },
+        Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
+    );
     tracing::info!(
         addr = %listener.local_addr()?,
         enabled = ?state.providers.names(),

@@ -27,7 +27,8 @@ impl Database {
             Some(url) => url.expose_secret().parse::<PgConnectOptions>().context("DATABASE_URL")?,
             None => anyhow::bail!("DATABASE_URL is not set (embedded PostgreSQL pending)"),
         };
-        let pool = pool_options(config).connect_with(session_options(options, config)).await?;
+        let options = session_options(options, Duration::from_millis(config.lock_timeout_ms));
+        let pool = pool_options(config).connect_with(options).await?;
         Ok(Database { pool })
     }
 
@@ -49,8 +50,8 @@ pub fn pool_options(config: &DatabaseConfig) -> PgPoolOptions {
 /// Why `lock_timeout`: a duplicate delivery waits on the first delivery's
 /// uncommitted dedup row; the bound turns a long wait into a 503 the
 /// provider retries, instead of a request that outlives its timeout.
-pub fn session_options(options: PgConnectOptions, config: &DatabaseConfig) -> PgConnectOptions {
+pub fn session_options(options: PgConnectOptions, lock_timeout: Duration) -> PgConnectOptions {
     options
         .application_name("webhook-inbox")
-        .options([("lock_timeout", format!("{}ms", config.lock_timeout_ms))])
+        .options([("lock_timeout", format!("{}ms", lock_timeout.as_millis()))])
 }

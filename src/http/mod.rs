@@ -49,6 +49,19 @@ pub struct AppState {
     pub tasks: TaskTracker,
 }
 
+impl AppState {
+    /// State with no deliveries in flight yet.
+    pub fn new(pool: PgPool, providers: Registry, handlers: Handlers, limits: Limits) -> Self {
+        AppState {
+            pool,
+            providers: Arc::new(providers),
+            handlers: Arc::new(handlers),
+            limits,
+            tasks: TaskTracker::new(),
+        }
+    }
+}
+
 /// The service's routes. Tests drive this in-process; `serve` puts it on a socket.
 pub fn app(state: AppState) -> Router {
     let webhook = |provider: &'static str| {
