@@ -5,6 +5,8 @@ use webhook_inbox::cli::{self, Cli};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // A `.env` in the working directory, if any, fills in unset variables.
+    dotenvy::dotenv().ok();
     let cli = Cli::parse();
     webhook_inbox::telemetry::init(cli.log_format);
     cli::run(cli).await
