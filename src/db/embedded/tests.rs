@@ -152,6 +152,7 @@ async fn a_cluster_path_too_long_for_a_socket_uses_a_short_socket_dir() {
     );
     assert_eq!(query_one(&pg, "SELECT 6::int8").await, 6);
     pg.stop().expect("stop");
+    std::fs::remove_dir(&socket_dir).expect("the socket dir is empty once stopped");
 }
 
 #[test]
