@@ -50,10 +50,11 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct EmbeddedOptions {
     /// `true` (the service's default): fsync and full-page writes on, so an
     /// acknowledged commit survives a crash (synchronous_commit stays on
-    /// either way). `false` (tests only) turns both off for speed.
+    /// either way). `false` (tests only) turns both off, and initdb skips its
+    /// final sync, for speed; a crash may then corrupt the cluster.
     pub durable: bool,
-    /// The server dies with this process (tests), instead of outliving it so
-    /// the next process can adopt it.
+    /// The server gets SIGINT (fast shutdown) when this process exits (tests),
+    /// instead of outliving it so the next process can adopt it. Linux only.
     pub stop_with_parent: bool,
 }
 
