@@ -1,1 +1,0 @@
-//! A private PostgreSQL cluster managed by this process (placeholder).

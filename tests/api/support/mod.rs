@@ -1,0 +1,5 @@
+//! Shared helpers of the integration tests.
+
+pub mod database;
+
+pub use database::TestDatabase;
