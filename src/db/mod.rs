@@ -10,6 +10,7 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::config::DatabaseConfig;
+use embedded::{EmbeddedOptions, EmbeddedPostgres};
 
 /// The schema migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
@@ -18,23 +19,41 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 pub struct Database {
     /// Connections to the database.
     pub pool: PgPool,
+    embedded: Option<EmbeddedPostgres>,
 }
 
 impl Database {
-    /// Connects to `DATABASE_URL`, or starts (or joins) the embedded cluster.
+    /// Connects to `DATABASE_URL`, or, when it is unset, starts (or joins)
+    /// the embedded cluster under `DATA_DIR`.
     pub async fn connect(config: &DatabaseConfig) -> anyhow::Result<Database> {
-        let options = match &config.database_url {
-            Some(url) => url.expose_secret().parse::<PgConnectOptions>().context("DATABASE_URL")?,
-            None => anyhow::bail!("DATABASE_URL is not set (embedded PostgreSQL pending)"),
+        let (options, embedded) = match &config.database_url {
+            Some(url) => (url.expose_secret().parse::<PgConnectOptions>().context("DATABASE_URL")?, None),
+            None => {
+                let dir = config.data_dir.clone();
+                let embedded = tokio::task::spawn_blocking(move || {
+                    EmbeddedPostgres::start(&dir, &EmbeddedOptions::default())
+                })
+                .await?
+                .context("starting the embedded PostgreSQL (or set DATABASE_URL)")?;
+                (embedded.connect_options(), Some(embedded))
+            }
         };
         let options = session_options(options, Duration::from_millis(config.lock_timeout_ms));
-        let pool = pool_options(config).connect_with(options).await?;
-        Ok(Database { pool })
+        let pool = pool_options(config).connect_with(options).await.context("connecting to PostgreSQL")?;
+        Ok(Database { pool, embedded })
     }
 
-    /// Closes the pool.
+    /// Closes the pool, then stops the embedded server if this process owns
+    /// it and nobody else uses it.
     pub async fn close(self) {
         self.pool.close().await;
+        if let Some(embedded) = self.embedded {
+            match tokio::task::spawn_blocking(move || embedded.stop()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::error!(%error, "stopping the embedded PostgreSQL"),
+                Err(error) => tracing::error!(%error, "stopping the embedded PostgreSQL"),
+            }
+        }
     }
 }
 

@@ -6,10 +6,7 @@ use webhook_inbox::db::MIGRATOR;
 use crate::support::TestDatabase;
 
 async fn count(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(pool)
-        .await
-        .expect("count query")
+    sqlx::query_scalar(sql).fetch_one(pool).await.expect("count query")
 }
 
 async fn database_exists(pool: &sqlx::PgPool, name: &str) -> bool {
@@ -23,20 +20,10 @@ async fn database_exists(pool: &sqlx::PgPool, name: &str) -> bool {
 #[tokio::test]
 async fn a_test_database_starts_empty_with_every_migration_applied() {
     let db = TestDatabase::create().await;
-    let applied = count(
-        db.pool(),
-        "SELECT count(*) FROM _sqlx_migrations WHERE success",
-    )
-    .await;
+    let applied = count(db.pool(), "SELECT count(*) FROM _sqlx_migrations WHERE success").await;
     assert_eq!(applied, MIGRATOR.iter().count() as i64);
-    assert_eq!(
-        count(db.pool(), "SELECT count(*) FROM processed_webhook_events").await,
-        0
-    );
-    assert_eq!(
-        count(db.pool(), "SELECT count(*) FROM webhook_events").await,
-        0
-    );
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM processed_webhook_events").await, 0);
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM webhook_events").await, 0);
 }
 
 #[tokio::test]
@@ -97,17 +84,8 @@ async fn the_harness_serves_a_multi_thread_runtime_under_concurrent_writes() {
             .rows_affected()
         })
     });
-    let inserted: u64 = futures_util::future::join_all(inserts)
-        .await
-        .into_iter()
-        .map(|joined| joined.expect("task"))
-        .sum();
-    assert_eq!(
-        inserted, 1,
-        "the unique constraint lets exactly one through"
-    );
-    assert_eq!(
-        count(db.pool(), "SELECT count(*) FROM processed_webhook_events").await,
-        1
-    );
+    let inserted: u64 =
+        futures_util::future::join_all(inserts).await.into_iter().map(|joined| joined.expect("task")).sum();
+    assert_eq!(inserted, 1, "the unique constraint lets exactly one through");
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM processed_webhook_events").await, 1);
 }

@@ -1,6 +1,15 @@
 //! Integration tests, in one binary: each test gets its own fresh, migrated
 //! database (`support::TestDatabase`) on a real PostgreSQL, the embedded one
-//! unless `DATABASE_URL` is set.
+//! unless `DATABASE_URL` is set, and drives the app over real HTTP.
 
-mod database_harness;
 mod support;
+
+mod availability;
+mod bad_input;
+mod cli;
+mod concurrency;
+mod database_harness;
+mod delivery;
+mod handler_failure;
+mod server;
+mod verification;

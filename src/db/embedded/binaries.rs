@@ -30,15 +30,9 @@ pub(super) struct Search {
 impl Search {
     /// The search this machine's environment describes.
     pub fn from_env() -> Self {
-        let pg_bindir = std::env::var_os("PG_BINDIR")
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from);
+        let pg_bindir = std::env::var_os("PG_BINDIR").filter(|dir| !dir.is_empty()).map(PathBuf::from);
         // Only ask pg_config when it can matter.
-        let pg_config_bindir = if pg_bindir.is_none() {
-            pg_config_bindir()
-        } else {
-            None
-        };
+        let pg_config_bindir = if pg_bindir.is_none() { pg_config_bindir() } else { None };
         Self {
             pg_bindir,
             pg_config_bindir,
@@ -54,10 +48,7 @@ impl Search {
 /// `versioned_root`.
 pub(super) fn find(search: &Search) -> Result<Binaries, EmbeddedError> {
     if let Some(dir) = &search.pg_bindir {
-        return in_dir(dir).map_err(|missing| EmbeddedError::BinDirIncomplete {
-            dir: dir.clone(),
-            missing,
-        });
+        return in_dir(dir).map_err(|missing| EmbeddedError::BinDirIncomplete { dir: dir.clone(), missing });
     }
     let mut searched = Vec::new();
 
@@ -86,9 +77,7 @@ pub(super) fn find(search: &Search) -> Result<Binaries, EmbeddedError> {
     }
     searched.push(format!("{}/<version>/bin", search.versioned_root.display()));
 
-    Err(EmbeddedError::BinariesNotFound {
-        searched: searched.join(", "),
-    })
+    Err(EmbeddedError::BinariesNotFound { searched: searched.join(", ") })
 }
 
 /// The binaries in `dir`, or the name of the first one missing.
@@ -105,8 +94,7 @@ fn in_dir(dir: &Path) -> Result<Binaries, &'static str> {
 }
 
 fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
 /// `<root>/<version>/bin` for every installed version, highest first.
@@ -118,11 +106,7 @@ fn versioned_bin_dirs(root: &Path) -> Vec<PathBuf> {
         .filter_map(Result::ok)
         .filter_map(|entry| {
             let name = entry.file_name().into_string().ok()?;
-            let version = name
-                .split('.')
-                .map(str::parse)
-                .collect::<Result<Vec<u32>, _>>()
-                .ok()?;
+            let version = name.split('.').map(str::parse).collect::<Result<Vec<u32>, _>>().ok()?;
             Some((version, entry.path().join("bin")))
         })
         .collect();

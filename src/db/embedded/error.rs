@@ -135,14 +135,7 @@ pub enum EmbeddedError {
 }
 
 /// Builds a `map_err` adapter for an I/O error on `path`.
-pub(super) fn io_error(
-    action: &'static str,
-    path: &Path,
-) -> impl FnOnce(std::io::Error) -> EmbeddedError {
+pub(super) fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EmbeddedError {
     let path = path.to_path_buf();
-    move |source| EmbeddedError::Io {
-        action,
-        path,
-        source,
-    }
+    move |source| EmbeddedError::Io { action, path, source }
 }

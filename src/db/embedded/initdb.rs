@@ -35,9 +35,7 @@ pub(super) fn initdb(
         command.arg("--no-sync");
     }
     user.apply(&mut command);
-    let output = command
-        .output()
-        .map_err(io_error("run", &binaries.initdb))?;
+    let output = command.output().map_err(io_error("run", &binaries.initdb))?;
     if !output.status.success() {
         return Err(EmbeddedError::Initdb {
             dir: layout.pgdata.clone(),

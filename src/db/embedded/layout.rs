@@ -81,10 +81,7 @@ impl Layout {
 
 fn socket_path(dir: &Path) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt;
-    dir.join(format!(".s.PGSQL.{PORT}"))
-        .as_os_str()
-        .as_bytes()
-        .to_vec()
+    dir.join(format!(".s.PGSQL.{PORT}")).as_os_str().as_bytes().to_vec()
 }
 
 /// A short, stable socket directory for a cluster whose own path is too long
@@ -111,10 +108,7 @@ fn prepare_fallback_socket_dir(dir: &Path, user: &ServerUser) -> Result<(), Embe
     }
     // Inspect before changing anything: chown and chmod follow symlinks.
     let meta = std::fs::symlink_metadata(dir).map_err(io_error("inspect", dir))?;
-    let unsafe_dir = |reason: String| EmbeddedError::UnsafeSocketDir {
-        path: dir.to_path_buf(),
-        reason,
-    };
+    let unsafe_dir = |reason: String| EmbeddedError::UnsafeSocketDir { path: dir.to_path_buf(), reason };
     if !meta.file_type().is_dir() {
         return Err(unsafe_dir("it is not a directory".to_owned()));
     }

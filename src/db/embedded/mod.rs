@@ -61,10 +61,7 @@ pub struct EmbeddedOptions {
 impl Default for EmbeddedOptions {
     /// Durable, and the server outlives a crashed owner.
     fn default() -> Self {
-        Self {
-            durable: true,
-            stop_with_parent: false,
-        }
+        Self { durable: true, stop_with_parent: false }
     }
 }
 
@@ -96,9 +93,7 @@ impl EmbeddedPostgres {
 
         let owner = try_lock(&owner_lock, &layout.owner_lock)?;
         // Blocks only while an owner is stopping the server.
-        users_lock
-            .lock_shared()
-            .map_err(io_error("lock", &layout.users_lock))?;
+        users_lock.lock_shared().map_err(io_error("lock", &layout.users_lock))?;
         if !owner {
             // Wait until the owner's server serves, or the owner goes away.
             let attached = poll_until(deadline, || {
@@ -115,22 +110,12 @@ impl EmbeddedPostgres {
                     dir = %layout.root.display(),
                     "attached to the embedded PostgreSQL another process runs"
                 );
-                return Ok(Self {
-                    layout,
-                    owner_lock,
-                    users_lock,
-                    server: None,
-                });
+                return Ok(Self { layout, owner_lock, users_lock, server: None });
             }
         }
 
         let server = own_server(&binaries, &layout, &user, options, deadline)?;
-        Ok(Self {
-            layout,
-            owner_lock,
-            users_lock,
-            server: Some(server),
-        })
+        Ok(Self { layout, owner_lock, users_lock, server: Some(server) })
     }
 
     /// Connect options for database `postgres` as user `postgres` over the
@@ -155,15 +140,8 @@ impl EmbeddedPostgres {
     /// takes ownership to stop the server.
     pub fn stop(self) -> Result<(), EmbeddedError> {
         // Locals drop in reverse order: users.lock is released before owner.lock.
-        let Self {
-            layout,
-            owner_lock,
-            users_lock,
-            server,
-        } = self;
-        users_lock
-            .unlock()
-            .map_err(io_error("unlock", &layout.users_lock))?;
+        let Self { layout, owner_lock, users_lock, server } = self;
+        users_lock.unlock().map_err(io_error("unlock", &layout.users_lock))?;
 
         let server = match server {
             Some(server) => server,
@@ -205,9 +183,7 @@ fn own_server(
     // A live postmaster that is starting or stopping is waited for; a stale
     // postmaster.pid (process gone) is the server's own business at startup.
     let running = poll_until(deadline, || match read_pid_file(&layout.pgdata) {
-        Some(pid_file) if is_alive(pid_file.pid) => {
-            Ok(pid_file.ready.then_some(Some(pid_file.pid)))
-        }
+        Some(pid_file) if is_alive(pid_file.pid) => Ok(pid_file.ready.then_some(Some(pid_file.pid))),
         _ => Ok(Some(None)),
     })?
     .ok_or_else(|| not_ready(layout))?;
@@ -232,12 +208,7 @@ fn own_server(
 }
 
 fn open_lock(path: &Path) -> Result<File, EmbeddedError> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(io_error("open", path))
+    OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io_error("open", path))
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: `Ok(false)` when another holder has it.

@@ -53,10 +53,9 @@ impl Postmaster {
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             let gone = match &mut self {
-                Self::Child(child) => child
-                    .try_wait()
-                    .map_err(io_error("wait for PostgreSQL in", &layout.root))?
-                    .is_some(),
+                Self::Child(child) => {
+                    child.try_wait().map_err(io_error("wait for PostgreSQL in", &layout.root))?.is_some()
+                }
                 Self::Adopted(pid) => !is_alive(*pid),
             };
             if gone {
@@ -101,10 +100,7 @@ pub(super) fn spawn(
         // the socket in a 0700 directory.
         .args(["-c", "listen_addresses="])
         .arg("-c")
-        .arg(format!(
-            "unix_socket_directories=\"{}\"",
-            layout.socket_dir.display()
-        ))
+        .arg(format!("unix_socket_directories=\"{}\"", layout.socket_dir.display()))
         .args(["-c", "unix_socket_permissions=0700"])
         .current_dir(&layout.root)
         .stdin(Stdio::null())
@@ -143,10 +139,7 @@ pub(super) fn spawn(
 
     let expected = child.id() as i32;
     let ready = poll_until(deadline, || {
-        if let Some(status) = child
-            .try_wait()
-            .map_err(io_error("wait for PostgreSQL in", &layout.root))?
-        {
+        if let Some(status) = child.try_wait().map_err(io_error("wait for PostgreSQL in", &layout.root))? {
             return Err(EmbeddedError::StartFailed {
                 status,
                 log: layout.log.clone(),
@@ -192,9 +185,7 @@ fn spawn_from_immortal_thread(command: Command) -> std::io::Result<Child> {
     spawner
         .send((command, reply))
         .map_err(|_| std::io::Error::other("the embedded-postgres spawner thread is gone"))?;
-    response
-        .recv()
-        .map_err(|_| std::io::Error::other("the embedded-postgres spawner thread is gone"))?
+    response.recv().map_err(|_| std::io::Error::other("the embedded-postgres spawner thread is gone"))?
 }
 
 /// What `postmaster.pid` says.
@@ -210,17 +201,9 @@ pub(super) struct PidFile {
 pub(super) fn read_pid_file(pgdata: &Path) -> Option<PidFile> {
     let text = std::fs::read_to_string(pgdata.join("postmaster.pid")).ok()?;
     let mut lines = text.lines();
-    let pid = lines
-        .next()?
-        .trim()
-        .parse::<i32>()
-        .ok()
-        .filter(|pid| *pid > 0)?;
+    let pid = lines.next()?.trim().parse::<i32>().ok().filter(|pid| *pid > 0)?;
     let ready = lines.nth(6).is_some_and(|status| status.trim() == "ready");
-    Some(PidFile {
-        pid: Pid::from_raw(pid),
-        ready,
-    })
+    Some(PidFile { pid: Pid::from_raw(pid), ready })
 }
 
 /// Whether `pid` runs (a zombie does not: it is dead, only not yet reaped).
@@ -231,9 +214,7 @@ pub(super) fn is_alive(pid: Pid) -> bool {
     }
     // /proc/<pid>/stat: "pid (comm) state ..."; comm may contain spaces.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Ok(stat) => stat.rsplit_once(')').is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
         Err(_) => true,
     }
 }

@@ -29,27 +29,14 @@ impl ServerUser {
     pub fn resolve() -> Result<Self, EmbeddedError> {
         let euid = geteuid();
         if !euid.is_root() {
-            let name = User::from_uid(euid)
-                .ok()
-                .flatten()
-                .map_or_else(|| euid.to_string(), |user| user.name);
-            return Ok(Self {
-                uid: euid,
-                gid: nix::unistd::getegid(),
-                name,
-                switch: false,
-            });
+            let name = User::from_uid(euid).ok().flatten().map_or_else(|| euid.to_string(), |user| user.name);
+            return Ok(Self { uid: euid, gid: nix::unistd::getegid(), name, switch: false });
         }
         let user = ["postgres", "nobody"]
             .into_iter()
             .find_map(|name| User::from_name(name).ok().flatten())
             .ok_or(EmbeddedError::NoServerUser)?;
-        Ok(Self {
-            uid: user.uid,
-            gid: user.gid,
-            name: user.name,
-            switch: true,
-        })
+        Ok(Self { uid: user.uid, gid: user.gid, name: user.name, switch: true })
     }
 
     /// The account's uid.

@@ -11,28 +11,20 @@ use super::*;
 
 /// Test options: fast, and no server outlives the test binary.
 fn test_options() -> EmbeddedOptions {
-    EmbeddedOptions {
-        durable: false,
-        stop_with_parent: true,
-    }
+    EmbeddedOptions { durable: false, stop_with_parent: true }
 }
 
 /// A temporary directory the unprivileged server user may enter, when we are root.
 fn reachable_tempdir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-        .expect("chmod temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
     dir
 }
 
 async fn query_one(pg: &EmbeddedPostgres, sql: &'static str) -> i64 {
-    let mut conn = PgConnection::connect_with(&pg.connect_options())
-        .await
-        .expect("connect to the embedded server");
-    let value: i64 = sqlx::query_scalar(sql)
-        .fetch_one(&mut conn)
-        .await
-        .expect("query");
+    let mut conn =
+        PgConnection::connect_with(&pg.connect_options()).await.expect("connect to the embedded server");
+    let value: i64 = sqlx::query_scalar(sql).fetch_one(&mut conn).await.expect("query");
     conn.close().await.expect("close");
     value
 }
@@ -50,11 +42,8 @@ async fn a_started_cluster_answers_queries_over_its_socket() {
     assert!(pg.owns_server());
     assert_eq!(query_one(&pg, "SELECT 1::int8").await, 1);
     assert_eq!(
-        query_one(
-            &pg,
-            "SELECT count(*) FROM pg_settings WHERE name = 'listen_addresses' AND setting = ''"
-        )
-        .await,
+        query_one(&pg, "SELECT count(*) FROM pg_settings WHERE name = 'listen_addresses' AND setting = ''")
+            .await,
         1,
         "no TCP listener"
     );
@@ -66,9 +55,7 @@ async fn data_survives_a_stop_and_a_restart() {
     let tmp = reachable_tempdir();
     let dir = tmp.path().join("cluster");
     let pg = EmbeddedPostgres::start(&dir, &test_options()).expect("start");
-    let mut conn = PgConnection::connect_with(&pg.connect_options())
-        .await
-        .expect("connect");
+    let mut conn = PgConnection::connect_with(&pg.connect_options()).await.expect("connect");
     sqlx::raw_sql("CREATE TABLE kept (n int8); INSERT INTO kept VALUES (42);")
         .execute(&mut conn)
         .await
@@ -139,17 +126,8 @@ async fn a_cluster_path_too_long_for_a_socket_uses_a_short_socket_dir() {
     let tmp = reachable_tempdir();
     let dir = tmp.path().join("a-directory-name-long-enough".repeat(4));
     let pg = EmbeddedPostgres::start(&dir, &test_options()).expect("start");
-    let socket_dir = pg
-        .connect_options()
-        .get_socket()
-        .cloned()
-        .expect("a socket");
-    assert!(
-        socket_dir
-            .to_string_lossy()
-            .starts_with("/tmp/webhook-inbox-"),
-        "{socket_dir:?}"
-    );
+    let socket_dir = pg.connect_options().get_socket().cloned().expect("a socket");
+    assert!(socket_dir.to_string_lossy().starts_with("/tmp/webhook-inbox-"), "{socket_dir:?}");
     assert_eq!(query_one(&pg, "SELECT 6::int8").await, 6);
     pg.stop().expect("stop");
     std::fs::remove_dir(&socket_dir).expect("the socket dir is empty once stopped");
@@ -161,19 +139,12 @@ fn a_parent_the_server_user_cannot_enter_is_a_clear_error() {
         return; // only root switches to another user
     }
     let private = tempfile::tempdir().expect("temp dir");
-    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
-        .expect("chmod temp dir");
-    let err = EmbeddedPostgres::start(&private.path().join("cluster"), &test_options())
-        .expect_err("unreachable");
-    assert!(
-        matches!(err, EmbeddedError::DirNotReachable { .. }),
-        "{err}"
-    );
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod temp dir");
+    let err =
+        EmbeddedPostgres::start(&private.path().join("cluster"), &test_options()).expect_err("unreachable");
+    assert!(matches!(err, EmbeddedError::DirNotReachable { .. }), "{err}");
     let message = err.to_string();
-    assert!(
-        message.contains("--data-dir") && message.contains("DATABASE_URL"),
-        "{message}"
-    );
+    assert!(message.contains("--data-dir") && message.contains("DATABASE_URL"), "{message}");
 }
 
 #[test]
@@ -186,14 +157,10 @@ fn no_binaries_anywhere_is_a_clear_error() {
         versioned_root: empty.path().to_path_buf(),
     };
     let err = binaries::find(&search).expect_err("nothing to find");
-    assert!(
-        matches!(err, EmbeddedError::BinariesNotFound { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, EmbeddedError::BinariesNotFound { .. }), "{err}");
     let message = err.to_string();
     assert!(
-        message.contains("install the PostgreSQL server package")
-            && message.contains("DATABASE_URL"),
+        message.contains("install the PostgreSQL server package") && message.contains("DATABASE_URL"),
         "{message}"
     );
 }
@@ -208,16 +175,7 @@ fn a_pg_bindir_without_binaries_is_a_clear_error_not_a_fallback() {
         versioned_root: "/usr/lib/postgresql".into(),
     };
     let err = binaries::find(&search).expect_err("PG_BINDIR wins");
-    assert!(
-        matches!(
-            err,
-            EmbeddedError::BinDirIncomplete {
-                missing: "initdb",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, EmbeddedError::BinDirIncomplete { missing: "initdb", .. }), "{err}");
     assert!(err.to_string().contains("PG_BINDIR"));
 }
 
@@ -233,10 +191,7 @@ fn the_highest_installed_version_is_preferred() {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
     }
-    let search = Search {
-        versioned_root: root.path().to_path_buf(),
-        ..Search::default()
-    };
+    let search = Search { versioned_root: root.path().to_path_buf(), ..Search::default() };
     let found = binaries::find(&search).expect("found");
     assert_eq!(found.postgres, root.path().join("15/bin/postgres"));
 }

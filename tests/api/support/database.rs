@@ -61,11 +61,7 @@ impl TestDatabase {
             .connect_with(options.clone())
             .await
             .unwrap_or_else(|err| panic!("could not connect to test database {name}: {err}"));
-        TestDatabase {
-            name,
-            options,
-            pool,
-        }
+        TestDatabase { name, options, pool }
     }
 
     /// A pool on this database (up to 10 connections).
@@ -127,32 +123,18 @@ struct Server {
 fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
     SERVER.get_or_init(|| {
-        if let Some(url) = std::env::var("DATABASE_URL")
-            .ok()
-            .filter(|url| !url.is_empty())
-        {
+        if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|url| !url.is_empty()) {
             let admin = PgConnectOptions::from_str(&url)
                 .unwrap_or_else(|err| panic!("DATABASE_URL is not a PostgreSQL URL: {err}"));
-            return Server {
-                admin,
-                _embedded: None,
-            };
+            return Server { admin, _embedded: None };
         }
         let tmp = std::env::temp_dir();
         remove_dead_clusters(&tmp);
         let dir = tmp.join(format!("webhook-inbox-test-{}", std::process::id()));
-        let embedded = EmbeddedPostgres::start(
-            &dir,
-            &EmbeddedOptions {
-                durable: false,
-                stop_with_parent: true,
-            },
-        )
-        .unwrap_or_else(|err| panic!("could not start the test PostgreSQL: {err}"));
-        Server {
-            admin: embedded.connect_options(),
-            _embedded: Some(embedded),
-        }
+        let embedded =
+            EmbeddedPostgres::start(&dir, &EmbeddedOptions { durable: false, stop_with_parent: true })
+                .unwrap_or_else(|err| panic!("could not start the test PostgreSQL: {err}"));
+        Server { admin: embedded.connect_options(), _embedded: Some(embedded) }
     })
 }
 
@@ -183,10 +165,8 @@ fn remove_dead_clusters(tmp: &Path) {
 
 /// Whether a (non-zombie) process with this pid exists.
 fn is_running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
 }
 
 /// The template's name, built (once per process) if the server lacks it.
@@ -218,13 +198,12 @@ async fn ensure_template() -> String {
         .await
         .expect("take the template lock");
 
-    let ready: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)",
-    )
-    .bind(&name)
-    .fetch_one(&mut admin)
-    .await
-    .expect("look for the template");
+    let ready: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)")
+            .bind(&name)
+            .fetch_one(&mut admin)
+            .await
+            .expect("look for the template");
     if !ready {
         build_template(&mut admin, &name).await;
         drop_stale_templates(&mut admin, &name).await;
@@ -240,29 +219,18 @@ async fn ensure_template() -> String {
 }
 
 async fn build_template(admin: &mut PgConnection, name: &str) {
-    execute(
-        admin,
-        format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#),
-    )
-    .await;
+    execute(admin, format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#)).await;
     execute(admin, format!(r#"CREATE DATABASE "{name}""#)).await;
 
     let mut conn = PgConnection::connect_with(&server().admin.clone().database(name))
         .await
         .expect("connect to the template");
-    MIGRATOR
-        .run(&mut conn)
-        .await
-        .expect("migrate the template database");
+    MIGRATOR.run(&mut conn).await.expect("migrate the template database");
     conn.close().await.expect("close the template connection");
 
     // No connections allowed: PostgreSQL refuses to copy a template that
     // has any, so none must ever linger on it.
-    execute(
-        admin,
-        format!(r#"ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true"#),
-    )
-    .await;
+    execute(admin, format!(r#"ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true"#)).await;
 }
 
 /// Keeps the cache at one template per migration set in use: drops those of
@@ -278,10 +246,9 @@ async fn drop_stale_templates(admin: &mut PgConnection, current: &str) {
     .expect("list templates");
     for name in stale {
         // Two statements: DROP DATABASE refuses to run in a (implicit) transaction.
-        for sql in [
-            format!(r#"ALTER DATABASE "{name}" IS_TEMPLATE false"#),
-            format!(r#"DROP DATABASE "{name}""#),
-        ] {
+        for sql in
+            [format!(r#"ALTER DATABASE "{name}" IS_TEMPLATE false"#), format!(r#"DROP DATABASE "{name}""#)]
+        {
             if let Err(err) = sqlx::query(AssertSqlSafe(sql)).execute(&mut *admin).await {
                 eprintln!("note: could not drop stale template {name}: {err}");
                 break;
@@ -292,18 +259,14 @@ async fn drop_stale_templates(admin: &mut PgConnection, current: &str) {
 
 async fn create_database(name: &str, template: &str) -> Result<(), sqlx::Error> {
     let mut admin = connect_admin().await;
-    sqlx::query(AssertSqlSafe(format!(
-        r#"CREATE DATABASE "{name}" TEMPLATE "{template}""#
-    )))
-    .execute(&mut admin)
-    .await?;
+    sqlx::query(AssertSqlSafe(format!(r#"CREATE DATABASE "{name}" TEMPLATE "{template}""#)))
+        .execute(&mut admin)
+        .await?;
     admin.close().await
 }
 
 fn is_undefined_database(err: &sqlx::Error) -> bool {
-    err.as_database_error()
-        .and_then(|err| err.code())
-        .is_some_and(|code| code == "3D000")
+    err.as_database_error().and_then(|err| err.code()).is_some_and(|code| code == "3D000")
 }
 
 async fn connect_admin() -> PgConnection {
@@ -313,8 +276,5 @@ async fn connect_admin() -> PgConnection {
 }
 
 async fn execute(conn: &mut PgConnection, sql: String) {
-    sqlx::query(AssertSqlSafe(sql.clone()))
-        .execute(conn)
-        .await
-        .unwrap_or_else(|err| panic!("{sql}: {err}"));
+    sqlx::query(AssertSqlSafe(sql.clone())).execute(conn).await.unwrap_or_else(|err| panic!("{sql}: {err}"));
 }

@@ -1,5 +1,11 @@
-//! Shared helpers of the integration tests.
+//! What every integration test shares: a fresh database, an app on it, and
+//! signed requests.
 
+pub mod app;
 pub mod database;
+pub mod signing;
+pub mod socket;
 
+pub use app::{TestApp, TestConfig};
 pub use database::TestDatabase;
+pub use signing::*;

@@ -1,0 +1,70 @@
+//! A failing handler leaves nothing but a FAILED archive row, answers 500 so
+//! the provider retries, and the next delivery of the event applies it.
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn a_failing_handler_is_archived_failed_and_the_corrected_redelivery_applies_once() {
+    let app = TestApp::spawn().await;
+    let mut broken = subscription_created("evt_01", "sub_01");
+    broken["data"].as_object_mut().unwrap().remove("id");
+
+    let answer = app.send(&paddle(&broken)).await;
+
+    assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        answer.body,
+        json!({ "error": "event handler failed; the delivery is archived as FAILED", "event_id": "evt_01" })
+    );
+    let (status, error): (String, Option<String>) =
+        sqlx::query_as("SELECT processing_status, error_message FROM webhook_events")
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), error.as_deref()), ("FAILED", Some("subscription.created without data.id")));
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM subscriptions").await, 0);
+
+    let answer = app.send(&paddle(&subscription_created("evt_01", "sub_01"))).await;
+    assert_eq!(answer.body, json!({ "event_id": "evt_01", "status": "processed" }));
+    let answer = app.send(&paddle(&subscription_created("evt_01", "sub_01"))).await;
+    assert_eq!(answer.body, json!({ "event_id": "evt_01", "idempotent": true }));
+    assert_eq!(app.archive_statuses().await, ["FAILED", "PROCESSED", "SKIPPED"]);
+    assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
+}
+
+#[tokio::test]
+async fn a_handler_failing_after_a_partial_write_leaves_no_partial_effect() {
+    let app = TestApp::spawn().await;
+    // Make the second statement of the handler (the grant) fail after the
+    // first (the subscription upsert) succeeded.
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_grants() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'ledger closed for maintenance'; END $$;
+         CREATE TRIGGER refuse_grants BEFORE INSERT ON credit_grants
+             FOR EACH ROW EXECUTE FUNCTION refuse_grants();",
+    )
+    .execute(app.pool())
+    .await
+    .unwrap();
+    let delivery = paddle(&subscription_created("evt_01", "sub_01"));
+
+    assert_eq!(app.send(&delivery).await.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(app.count("SELECT count(*) FROM subscriptions").await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 0);
+    let error: String =
+        sqlx::query_scalar("SELECT error_message FROM webhook_events WHERE processing_status = 'FAILED'")
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+    assert!(error.contains("ledger closed for maintenance"), "{error}");
+
+    // The operator fixes the cause; the provider's retry applies the event.
+    sqlx::raw_sql("DROP TRIGGER refuse_grants ON credit_grants").execute(app.pool()).await.unwrap();
+    assert_eq!(app.send(&delivery).await.body, json!({ "event_id": "evt_01", "status": "processed" }));
+    assert_eq!(app.count("SELECT count(*) FROM subscriptions").await, 1);
+    assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
+}

@@ -1,0 +1,143 @@
+//! Signed requests, built the way each provider builds them.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+/// The Paddle secrets a test app is configured with (two: rotation).
+pub const PADDLE_SECRETS: [&str; 2] = [
+    "pdl_ntfset_01hs0t3tw21j988db1pam5xg8m_GrOWLNef+vmtjJYq4mSnHNzvc8uWoJ1I",
+    "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_hKkRiCGyyRhbFwIUuqiTBgI7gnWoV0Gr",
+];
+/// The Clerk secrets a test app is configured with (two: rotation).
+pub const CLERK_SECRETS: [&str; 2] =
+    ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"];
+
+/// Now, in unix seconds.
+pub fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+fn hmac(key: &[u8], message: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    mac.update(message);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// A request: path, headers, body. Sent by `TestApp::send`.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub path: &'static str,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Delivery {
+    /// Replaces (or adds) a header.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Removes a header.
+    pub fn without(mut self, name: &str) -> Self {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self
+    }
+}
+
+/// The `Paddle-Signature` header value for `body` signed with `secret` at `ts`.
+pub fn paddle_signature(secret: &str, ts: i64, body: &[u8]) -> String {
+    let message = [format!("{ts}:").as_bytes(), body].concat();
+    format!("ts={ts};h1={}", hex::encode(hmac(secret.as_bytes(), &message)))
+}
+
+/// A Paddle delivery of `body`, signed now with the first configured secret.
+pub fn paddle(body: &Value) -> Delivery {
+    paddle_signed(body, PADDLE_SECRETS[0], now())
+}
+
+/// A Paddle delivery of `body` signed with `secret` at `ts`.
+pub fn paddle_signed(body: &Value, secret: &str, ts: i64) -> Delivery {
+    let body = serde_json::to_vec(body).unwrap();
+    Delivery {
+        path: "/billing/webhook",
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("paddle-signature".into(), paddle_signature(secret, ts, &body)),
+        ],
+        body,
+    }
+}
+
+/// The `svix-signature` header value (`v1,<base64>`).
+pub fn svix_signature(secret: &str, id: &str, ts: i64, body: &[u8]) -> String {
+    let key = STANDARD.decode(secret.trim_start_matches("whsec_")).unwrap();
+    let message = [format!("{id}.{ts}.").as_bytes(), body].concat();
+    format!("v1,{}", STANDARD.encode(hmac(&key, &message)))
+}
+
+/// A Clerk delivery of `body` with message id `id`, signed now with the first secret.
+pub fn clerk(id: &str, body: &Value) -> Delivery {
+    clerk_signed(id, body, CLERK_SECRETS[0], now())
+}
+
+/// A Clerk delivery signed with `secret` at `ts`.
+pub fn clerk_signed(id: &str, body: &Value, secret: &str, ts: i64) -> Delivery {
+    let body = serde_json::to_vec(body).unwrap();
+    Delivery {
+        path: "/account/webhook",
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("svix-id".into(), id.into()),
+            ("svix-timestamp".into(), ts.to_string()),
+            ("svix-signature".into(), svix_signature(secret, id, ts, &body)),
+        ],
+        body,
+    }
+}
+
+/// A Paddle `subscription.created` for `subscription_id`, with 2 × `pri_basic`.
+pub fn subscription_created(event_id: &str, subscription_id: &str) -> Value {
+    json!({
+        "event_id": event_id,
+        "event_type": "subscription.created",
+        "occurred_at": "2024-04-12T10:18:49.621022Z",
+        "notification_id": format!("ntf_{event_id}"),
+        "data": {
+            "id": subscription_id,
+            "status": "active",
+            "customer_id": "ctm_01",
+            "custom_data": { "user_id": "user_42" },
+            "items": [
+                { "price": { "id": "pri_basic" }, "quantity": 2, "status": "active" },
+                { "price": { "id": "pri_unlisted" }, "quantity": 1, "status": "active" }
+            ]
+        }
+    })
+}
+
+/// A Clerk `user.created` for `user_id`.
+pub fn user_created(user_id: &str) -> Value {
+    json!({
+        "type": "user.created",
+        "object": "event",
+        "timestamp": 1654012591835i64,
+        "data": {
+            "id": user_id,
+            "first_name": "Ada",
+            "last_name": "Lovelace",
+            "primary_email_address_id": "idn_1",
+            "email_addresses": [
+                { "id": "idn_0", "email_address": "old@example.com" },
+                { "id": "idn_1", "email_address": "ada@example.com" }
+            ],
+            "created_at": 1654012591514i64
+        }
+    })
+}

@@ -1,0 +1,104 @@
+//! Requests that are not provably from the provider get 401 and write
+//! nothing anywhere; rotation accepts any configured secret.
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use crate::support::*;
+
+async fn assert_rejected(app: &TestApp, delivery: &Delivery, reason: &str) {
+    let answer = app.send(delivery).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{reason}: {:?}", answer.body);
+    assert_eq!(answer.body, json!({ "error": reason }));
+}
+
+#[tokio::test]
+async fn unverifiable_paddle_deliveries_are_refused_and_store_nothing() {
+    let app = TestApp::spawn().await;
+    let body = subscription_created("evt_01", "sub_01");
+    let signed = paddle(&body);
+    let mut tampered = signed.clone();
+    tampered.body[10] ^= 0x01;
+    let header = "paddle-signature";
+
+    let cases = [
+        (tampered, "no matching signature"),
+        (paddle_signed(&body, "pdl_wrong_secret", now()), "no matching signature"),
+        (signed.clone().without(header), "missing Paddle-Signature header"),
+        (signed.clone().header(header, "h1=abc"), "malformed Paddle-Signature header"),
+        (signed.clone().header(header, "ts=yesterday;h1=abc"), "malformed Paddle-Signature header"),
+        (paddle_signed(&body, PADDLE_SECRETS[0], now() - 301), "timestamp too old"),
+        (paddle_signed(&body, PADDLE_SECRETS[0], now() + 301), "timestamp in the future"),
+    ];
+    for (delivery, reason) in &cases {
+        assert_rejected(&app, delivery, reason).await;
+    }
+    assert_eq!(app.rows_everywhere().await, 0);
+}
+
+#[tokio::test]
+async fn unverifiable_clerk_deliveries_are_refused_and_store_nothing() {
+    let app = TestApp::spawn().await;
+    let body = user_created("user_01");
+    let signed = clerk("msg_01", &body);
+    let mut tampered = signed.clone();
+    tampered.body[5] ^= 0x01;
+
+    let cases = [
+        (tampered, "no matching signature"),
+        (signed.clone().header("svix-id", "msg_02"), "no matching signature"),
+        (clerk_signed("msg_01", &body, "whsec_AAAAAAAAAAAAAAAAAAAAAAAA", now()), "no matching signature"),
+        (signed.clone().without("svix-signature"), "missing svix-signature header"),
+        (signed.clone().header("svix-signature", "garbage"), "malformed svix-signature header"),
+        (signed.clone().header("svix-timestamp", "-1"), "malformed svix-timestamp header"),
+        (clerk_signed("msg_01", &body, CLERK_SECRETS[0], now() - 301), "timestamp too old"),
+        (clerk_signed("msg_01", &body, CLERK_SECRETS[0], now() + 301), "timestamp in the future"),
+    ];
+    for (delivery, reason) in &cases {
+        assert_rejected(&app, delivery, reason).await;
+    }
+    assert_eq!(app.rows_everywhere().await, 0);
+}
+
+#[tokio::test]
+async fn either_of_two_configured_secrets_verifies_and_its_position_is_archived() {
+    let app = TestApp::spawn().await;
+    for (i, secret) in PADDLE_SECRETS.iter().enumerate() {
+        let body = json!({ "event_id": format!("evt_{i}"), "event_type": "customer.created", "data": {} });
+        assert_eq!(app.send(&paddle_signed(&body, secret, now())).await.status, StatusCode::OK);
+    }
+    for (i, secret) in CLERK_SECRETS.iter().enumerate() {
+        let body = json!({ "type": "session.created", "data": {} });
+        assert_eq!(
+            app.send(&clerk_signed(&format!("msg_{i}"), &body, secret, now())).await.status,
+            StatusCode::OK
+        );
+    }
+    let indexes: Vec<(String, i16)> =
+        sqlx::query_as("SELECT provider, secret_index FROM webhook_events ORDER BY provider, secret_index")
+            .fetch_all(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        indexes,
+        [("clerk".into(), 0), ("clerk".into(), 1), ("paddle".into(), 0), ("paddle".into(), 1)]
+    );
+}
+
+#[tokio::test]
+async fn one_valid_signature_among_several_is_enough() {
+    let app = TestApp::spawn().await;
+    let body = subscription_created("evt_01", "sub_01");
+    let signed = paddle(&body);
+    let ts = now();
+    let valid = paddle_signature(PADDLE_SECRETS[0], ts, &signed.body);
+    let several = format!("ts={ts};h1=deadbeef;h1={};h1=00", valid.split("h1=").nth(1).unwrap());
+    assert_eq!(app.send(&signed.header("paddle-signature", &several)).await.status, StatusCode::OK);
+
+    let user = user_created("user_01");
+    let signed = clerk("msg_01", &user);
+    let valid = signed.headers.iter().find(|(n, _)| n == "svix-signature").unwrap().1.clone();
+    let decoy = svix_signature("whsec_AAAAAAAAAAAAAAAAAAAAAAAA", "msg_01", now(), &signed.body);
+    let several = format!("v1a,abc {decoy} {valid}");
+    assert_eq!(app.send(&signed.header("svix-signature", &several)).await.status, StatusCode::OK);
+}
