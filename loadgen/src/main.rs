@@ -1,0 +1,104 @@
+//! loadgen: the benchmark of webhook-inbox.
+//!
+//! `loadgen load` sends correctly signed deliveries at a fixed concurrency:
+//! unique events, or replay storms in which every event's copies are fired at
+//! the same moment on separate connections. `loadgen bench` runs the whole
+//! benchmark: the PostgreSQL ceiling (pgbench running the service's own SQL)
+//! and the service, side by side on one server, and writes the table.
+//!
+//! Requests are built and signed before the clock starts, so the measured
+//! time is the service's, not the generator's HMAC work.
+
+mod bench;
+mod client;
+mod events;
+mod pgbench;
+mod report;
+mod service;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, Parser};
+
+use events::Provider;
+use report::Report;
+
+#[derive(Debug, Parser)]
+enum Cli {
+    /// One load run against a running service.
+    Load(LoadArgs),
+    /// The whole benchmark: starts the service, runs ceiling and service, writes the results.
+    Bench(bench::BenchArgs),
+}
+
+/// What one load run sends.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// Address of the service.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Which provider's deliveries to send.
+    #[arg(long, value_enum, default_value = "paddle")]
+    provider: Provider,
+    /// Event type to send (default: one without side effects).
+    #[arg(long)]
+    event_type: Option<String>,
+    /// Number of distinct events.
+    #[arg(long, default_value_t = 10_000)]
+    events: usize,
+    /// Copies of each event, fired at the same moment on separate connections (1 = unique events).
+    #[arg(long, default_value_t = 1)]
+    copies: usize,
+    /// Open connections, each sending one request at a time.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Approximate size of each JSON body in bytes.
+    #[arg(long, default_value_t = 2500)]
+    payload_bytes: usize,
+    /// Secret to sign with (Paddle secret key, or Clerk `whsec_...`).
+    #[arg(long, env = "LOADGEN_SECRET")]
+    secret: String,
+    /// Prefix of the event ids, so that runs on one database do not collide.
+    #[arg(long)]
+    run_id: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse() {
+        Cli::Load(args) => {
+            let report = load(&args).await?;
+            println!("{}", if args.json { report.json() } else { report.text() });
+        }
+        Cli::Bench(args) => bench::run(args).await?,
+    }
+    Ok(())
+}
+
+/// Builds, signs, connects, then sends and measures.
+pub async fn load(args: &LoadArgs) -> anyhow::Result<Report> {
+    anyhow::ensure!(args.copies >= 1 && args.concurrency >= args.copies, "need concurrency >= copies >= 1");
+    let run_id = args.run_id.clone().unwrap_or_else(|| format!("{:x}", events::unix_nanos()));
+    let requests = events::build(
+        args.provider,
+        args.event_type.as_deref(),
+        &args.secret,
+        &run_id,
+        args.events,
+        args.payload_bytes,
+    )?;
+    // Connections are opened before the clock starts too.
+    let groups = args.concurrency / args.copies;
+    let mut connections = Vec::with_capacity(groups * args.copies);
+    for _ in 0..groups * args.copies {
+        connections.push(client::Connection::open(args.addr).await?);
+    }
+    let started = Instant::now();
+    let samples = client::run(connections, Arc::new(requests), args.copies).await?;
+    Ok(Report::new(&samples, started.elapsed()))
+}
