@@ -9,5 +9,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v pgbench >/dev/null || { echo "pgbench not found: install the PostgreSQL client/server package" >&2; exit 1; }
-cargo build --release --locked --bin webhook-inbox -p webhook-inbox -p loadgen
+cargo build --release --locked -p webhook-inbox -p loadgen
 exec target/release/loadgen bench "$@"
