@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use secrecy::SecretString;
 
 use crate::handlers::billing::PriceCredits;
+use crate::providers::ProviderConfig;
 
 /// Where the database is and how the pool uses it. Shared by every subcommand.
 #[derive(Debug, Clone, Args)]
@@ -43,13 +44,9 @@ pub struct ServeConfig {
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen_addr: SocketAddr,
 
-    /// Paddle notification secret keys, comma-separated (several during rotation). Unset: the Paddle route answers 503.
-    #[arg(long, env = "PADDLE_WEBHOOK_SECRET", hide_env_values = true, default_value = "")]
-    pub paddle_webhook_secret: SecretList,
-
-    /// Clerk (Svix) signing secrets `whsec_...`, comma-separated. Unset: the Clerk route answers 503.
-    #[arg(long, env = "CLERK_WEBHOOK_SECRET", hide_env_values = true, default_value = "")]
-    pub clerk_webhook_secret: SecretList,
+    /// Each provider's secrets: `--{name}-webhook-secret` (`{NAME}_WEBHOOK_SECRET`) and `STANDARD_WEBHOOKS`.
+    #[command(flatten)]
+    pub providers: ProviderConfig,
 
     /// Largest accepted difference, into the past or the future, between a signature's timestamp and now.
     #[arg(long, env = "SIGNATURE_TOLERANCE_SECS", default_value_t = 300)]

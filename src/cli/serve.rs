@@ -11,12 +11,10 @@ use crate::db::{self, Database};
 use crate::handlers::Handlers;
 use crate::http::{self, AppState, Limits};
 use crate::providers::Registry;
-use crate::providers::clerk::Clerk;
-use crate::providers::paddle::Paddle;
 
 /// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
 pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Result<()> {
-    let providers = providers(&config)?;
+    let providers = Registry::configure(&config.providers, config.signature_tolerance_secs)?;
     let listener = TcpListener::bind(config.listen_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
@@ -45,24 +43,6 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     .await;
     db.close().await;
     Ok(())
-}
-
-/// The providers with secrets configured; the others are logged as disabled.
-fn providers(config: &ServeConfig) -> anyhow::Result<Registry> {
-    let tolerance = config.signature_tolerance_secs;
-    let mut registry = Registry::default();
-    if config.paddle_webhook_secret.0.is_empty() {
-        tracing::warn!("PADDLE_WEBHOOK_SECRET is not set: /billing/webhook answers 503");
-    } else {
-        registry = registry.with(Paddle::new(&config.paddle_webhook_secret.0, tolerance));
-    }
-    if config.clerk_webhook_secret.0.is_empty() {
-        tracing::warn!("CLERK_WEBHOOK_SECRET is not set: /account/webhook answers 503");
-    } else {
-        let clerk = Clerk::new(&config.clerk_webhook_secret.0, tolerance).context("CLERK_WEBHOOK_SECRET")?;
-        registry = registry.with(clerk);
-    }
-    Ok(registry)
 }
 
 /// Resolves on SIGTERM (how orchestrators stop a process) or Ctrl-C.

@@ -11,5 +11,6 @@ mod concurrency;
 mod database_harness;
 mod delivery;
 mod handler_failure;
+mod providers;
 mod server;
 mod verification;

@@ -106,3 +106,35 @@ async fn one_valid_signature_among_several_is_enough() {
     let several = format!("v1a,abc {decoy} {valid}");
     assert_eq!(app.send(&signed.header("svix-signature", &several)).await.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn unverifiable_standard_webhooks_deliveries_are_refused_and_store_nothing() {
+    let app = TestApp::spawn().await;
+    let body = standard_event("contact.created");
+    let signed = standard(STANDARD_SENDER, "msg_01", &body);
+    let mut tampered = signed.clone();
+    tampered.body[5] ^= 0x01;
+
+    let cases = [
+        (tampered, "no matching signature"),
+        (signed.clone().header("webhook-id", "msg_02"), "no matching signature"),
+        // Another sender's secret (Clerk's) does not verify for this one.
+        (standard_signed(STANDARD_SENDER, "msg_01", &body, CLERK_SECRETS[0], now()), "no matching signature"),
+        (signed.clone().without("webhook-signature"), "missing webhook-signature header"),
+        (signed.clone().without("webhook-id"), "missing webhook-id header"),
+        (signed.clone().header("webhook-signature", "garbage"), "malformed webhook-signature header"),
+        (signed.clone().header("webhook-timestamp", "soon"), "malformed webhook-timestamp header"),
+        (
+            standard_signed(STANDARD_SENDER, "msg_01", &body, STANDARD_SECRETS[0], now() - OUTSIDE_WINDOW),
+            "timestamp too old",
+        ),
+        (
+            standard_signed(STANDARD_SENDER, "msg_01", &body, STANDARD_SECRETS[0], now() + OUTSIDE_WINDOW),
+            "timestamp in the future",
+        ),
+    ];
+    for (delivery, reason) in &cases {
+        assert_rejected(&app, delivery, reason).await;
+    }
+    assert_eq!(app.rows_everywhere().await, 0);
+}

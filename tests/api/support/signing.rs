@@ -16,6 +16,10 @@ pub const PADDLE_SECRETS: [&str; 2] = [
 /// The Clerk secrets a test app is configured with (two: rotation).
 pub const CLERK_SECRETS: [&str; 2] =
     ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"];
+/// The Standard Webhooks sender every test app has, and its secrets (two: rotation).
+pub const STANDARD_SENDER: &str = "acme";
+pub const STANDARD_SECRETS: [&str; 2] =
+    ["whsec_plJ3nmyCDGBKInavdOK15jsl", "whsec_dGVzdC1zZW5kZXItc2Vjb25kLWtleQ=="];
 
 /// Now, in unix seconds.
 pub fn now() -> i64 {
@@ -31,7 +35,7 @@ fn hmac(key: &[u8], message: &[u8]) -> Vec<u8> {
 /// A request: path, headers, body. Sent by `TestApp::send`.
 #[derive(Debug, Clone)]
 pub struct Delivery {
-    pub path: &'static str,
+    pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
@@ -41,6 +45,12 @@ impl Delivery {
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
         self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// The same request to another path.
+    pub fn at(mut self, path: &str) -> Self {
+        self.path = path.to_string();
         self
     }
 
@@ -66,7 +76,7 @@ pub fn paddle(body: &Value) -> Delivery {
 pub fn paddle_signed(body: &Value, secret: &str, ts: i64) -> Delivery {
     let body = serde_json::to_vec(body).unwrap();
     Delivery {
-        path: "/billing/webhook",
+        path: "/billing/webhook".into(),
         headers: vec![
             ("content-type".into(), "application/json".into()),
             ("paddle-signature".into(), paddle_signature(secret, ts, &body)),
@@ -89,17 +99,49 @@ pub fn clerk(id: &str, body: &Value) -> Delivery {
 
 /// A Clerk delivery signed with `secret` at `ts`.
 pub fn clerk_signed(id: &str, body: &Value, secret: &str, ts: i64) -> Delivery {
+    standard_webhooks_delivery("/account/webhook", "svix", id, body, secret, ts)
+}
+
+/// A delivery of `body` to the Standard Webhooks sender `name` with message
+/// id `id`, signed now with its first secret.
+pub fn standard(name: &str, id: &str, body: &Value) -> Delivery {
+    standard_signed(name, id, body, STANDARD_SECRETS[0], now())
+}
+
+/// A delivery to the Standard Webhooks sender `name`, signed with `secret` at `ts`.
+pub fn standard_signed(name: &str, id: &str, body: &Value, secret: &str, ts: i64) -> Delivery {
+    standard_webhooks_delivery(&format!("/webhooks/{name}"), "webhook", id, body, secret, ts)
+}
+
+/// A Standard Webhooks request with `<prefix>-id`, `-timestamp` and `-signature` headers.
+fn standard_webhooks_delivery(
+    path: &str,
+    prefix: &str,
+    id: &str,
+    body: &Value,
+    secret: &str,
+    ts: i64,
+) -> Delivery {
     let body = serde_json::to_vec(body).unwrap();
     Delivery {
-        path: "/account/webhook",
+        path: path.into(),
         headers: vec![
             ("content-type".into(), "application/json".into()),
-            ("svix-id".into(), id.into()),
-            ("svix-timestamp".into(), ts.to_string()),
-            ("svix-signature".into(), svix_signature(secret, id, ts, &body)),
+            (format!("{prefix}-id"), id.into()),
+            (format!("{prefix}-timestamp"), ts.to_string()),
+            (format!("{prefix}-signature"), svix_signature(secret, id, ts, &body)),
         ],
         body,
     }
+}
+
+/// A Standard Webhooks payload of the recommended shape.
+pub fn standard_event(event_type: &str) -> Value {
+    json!({
+        "type": event_type,
+        "timestamp": "2022-11-03T20:26:10.344522Z",
+        "data": { "id": "1f81eb52-5198-4599-803e-771906343485" }
+    })
 }
 
 /// A Paddle `subscription.created` for `subscription_id`, with 2 × `pri_basic`.
