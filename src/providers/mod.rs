@@ -34,7 +34,7 @@ macro_rules! built_in {
 }
 
 // Adding a provider: its module, and its name here.
-built_in!(paddle, clerk);
+built_in!(paddle, clerk, stripe);
 
 /// What the rest of the service needs to know about a built-in provider.
 #[derive(Debug)]

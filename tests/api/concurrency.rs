@@ -110,8 +110,10 @@ async fn concurrent_deliveries_of_different_events_are_all_applied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ten_concurrent_deliveries_of_one_event_without_side_effects_record_it_once_per_provider() {
     let app = TestApp::spawn().await;
-    let deliveries =
-        [(STANDARD_SENDER, standard(STANDARD_SENDER, "msg_01", &standard_event("contact.created")))];
+    let deliveries = [
+        ("stripe", stripe(&stripe_event("evt_01", "invoice.paid"))),
+        (STANDARD_SENDER, standard(STANDARD_SENDER, "msg_01", &standard_event("contact.created"))),
+    ];
     for (provider, delivery) in &deliveries {
         let bodies = fire_at_once(vec![app.router.clone(); 10], delivery).await;
         assert_eq!(processed_and_idempotent(&bodies), (1, 9), "{provider}");

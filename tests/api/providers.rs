@@ -37,16 +37,19 @@ fn row(
 async fn events_of_providers_without_handlers_are_archived_deduplicated_and_processed() {
     let app = TestApp::spawn().await;
     // Each signed with the second configured secret: its position is archived.
-    let deliveries = [(
-        standard_signed(
-            STANDARD_SENDER,
+    let deliveries = [
+        (stripe_signed(&stripe_event("evt_01", "invoice.paid"), STRIPE_SECRETS[1], now()), "evt_01"),
+        (
+            standard_signed(
+                STANDARD_SENDER,
+                "msg_01",
+                &standard_event("contact.created"),
+                STANDARD_SECRETS[1],
+                now(),
+            ),
             "msg_01",
-            &standard_event("contact.created"),
-            STANDARD_SECRETS[1],
-            now(),
         ),
-        "msg_01",
-    )];
+    ];
     for (delivery, event_id) in &deliveries {
         let first = app.send(delivery).await;
         assert_eq!(first.body, json!({ "event_id": event_id, "status": "processed" }), "{}", delivery.path);
@@ -54,15 +57,18 @@ async fn events_of_providers_without_handlers_are_archived_deduplicated_and_proc
         assert_eq!(again.body, json!({ "event_id": event_id, "idempotent": true }), "{}", delivery.path);
     }
 
+    let created = Some("2023-11-14T22:13:20Z");
     let timestamp = Some("2022-11-03T20:26:10.344522Z");
     assert_eq!(
         archive(&app).await,
         [
+            row("stripe", "evt_01", "invoice.paid", created, "PROCESSED"),
+            row("stripe", "evt_01", "invoice.paid", created, "SKIPPED"),
             row("acme", "msg_01", "contact.created", timestamp, "PROCESSED"),
             row("acme", "msg_01", "contact.created", timestamp, "SKIPPED"),
         ]
     );
-    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 1);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 2);
 }
 
 #[tokio::test]
@@ -116,6 +122,7 @@ async fn providers_without_a_secret_answer_503_and_unconfigured_names_404() {
         ("paddle", paddle(&subscription_created("evt_01", "sub_01")).at("/webhooks/paddle")),
         ("clerk", clerk("msg_01", &user_created("user_01"))),
         ("clerk", clerk("msg_01", &user_created("user_01")).at("/webhooks/clerk")),
+        ("stripe", stripe(&stripe_event("evt_01", "invoice.paid"))),
     ];
     for (provider, delivery) in &deliveries {
         let answer = app.send(delivery).await;

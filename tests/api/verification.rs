@@ -108,6 +108,34 @@ async fn one_valid_signature_among_several_is_enough() {
 }
 
 #[tokio::test]
+async fn unverifiable_stripe_deliveries_are_refused_and_store_nothing() {
+    let app = TestApp::spawn().await;
+    let body = stripe_event("evt_01", "invoice.paid");
+    let signed = stripe(&body);
+    let mut tampered = signed.clone();
+    tampered.body[10] ^= 0x01;
+    let header = "stripe-signature";
+    let only_v0 = format!("t={},v0={}", now(), "0".repeat(64));
+
+    let cases = [
+        (tampered, "no matching signature"),
+        (stripe_signed(&body, "whsec_wrong_secret", now()), "no matching signature"),
+        // The key is the whole secret as text, `whsec_` prefix included.
+        (stripe_signed(&body, &STRIPE_SECRETS[0]["whsec_".len()..], now()), "no matching signature"),
+        (signed.clone().header(header, &only_v0), "malformed Stripe-Signature header"),
+        (signed.clone().without(header), "missing Stripe-Signature header"),
+        (signed.clone().header(header, "v1=abc"), "malformed Stripe-Signature header"),
+        (signed.clone().header(header, "t=yesterday,v1=abc"), "malformed Stripe-Signature header"),
+        (stripe_signed(&body, STRIPE_SECRETS[0], now() - OUTSIDE_WINDOW), "timestamp too old"),
+        (stripe_signed(&body, STRIPE_SECRETS[0], now() + OUTSIDE_WINDOW), "timestamp in the future"),
+    ];
+    for (delivery, reason) in &cases {
+        assert_rejected(&app, delivery, reason).await;
+    }
+    assert_eq!(app.rows_everywhere().await, 0);
+}
+
+#[tokio::test]
 async fn unverifiable_standard_webhooks_deliveries_are_refused_and_store_nothing() {
     let app = TestApp::spawn().await;
     let body = standard_event("contact.created");

@@ -16,7 +16,9 @@ use webhook_inbox::http::{AppState, Limits, app};
 use webhook_inbox::providers::{ProviderConfig, Registry};
 
 use super::database::TestDatabase;
-use super::signing::{CLERK_SECRETS, Delivery, PADDLE_SECRETS, STANDARD_SECRETS, STANDARD_SENDER};
+use super::signing::{
+    CLERK_SECRETS, Delivery, PADDLE_SECRETS, STANDARD_SECRETS, STANDARD_SENDER, STRIPE_SECRETS,
+};
 
 /// What a test may change about the app.
 #[derive(Debug, Clone)]
@@ -33,7 +35,11 @@ impl Default for TestConfig {
     fn default() -> Self {
         let [first, second] = STANDARD_SECRETS;
         TestConfig {
-            secrets: BTreeMap::from([("paddle", PADDLE_SECRETS.to_vec()), ("clerk", CLERK_SECRETS.to_vec())]),
+            secrets: BTreeMap::from([
+                ("paddle", PADDLE_SECRETS.to_vec()),
+                ("clerk", CLERK_SECRETS.to_vec()),
+                ("stripe", STRIPE_SECRETS.to_vec()),
+            ]),
             standard_webhooks: format!("{STANDARD_SENDER}={first},{STANDARD_SENDER}={second}"),
             max_body_bytes: 64 * 1024,
             lock_timeout: Duration::from_secs(10),

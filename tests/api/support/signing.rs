@@ -16,6 +16,8 @@ pub const PADDLE_SECRETS: [&str; 2] = [
 /// The Clerk secrets a test app is configured with (two: rotation).
 pub const CLERK_SECRETS: [&str; 2] =
     ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"];
+/// The Stripe secrets a test app is configured with (two: rolling a secret).
+pub const STRIPE_SECRETS: [&str; 2] = ["whsec_test_secret", "whsec_rolled_9fZqXk2Lr1"];
 /// The Standard Webhooks sender every test app has, and its secrets (two: rotation).
 pub const STANDARD_SENDER: &str = "acme";
 pub const STANDARD_SECRETS: [&str; 2] =
@@ -133,6 +135,42 @@ fn standard_webhooks_delivery(
         ],
         body,
     }
+}
+
+/// The `Stripe-Signature` header value: the secret's text is the key, `<t>.<body>` the message.
+pub fn stripe_signature(secret: &str, t: i64, body: &[u8]) -> String {
+    let message = [format!("{t}.").as_bytes(), body].concat();
+    format!("t={t},v1={}", hex::encode(hmac(secret.as_bytes(), &message)))
+}
+
+/// A Stripe delivery of `body`, signed now with the first configured secret.
+pub fn stripe(body: &Value) -> Delivery {
+    stripe_signed(body, STRIPE_SECRETS[0], now())
+}
+
+/// A Stripe delivery of `body` signed with `secret` at `t`.
+pub fn stripe_signed(body: &Value, secret: &str, t: i64) -> Delivery {
+    let body = serde_json::to_vec(body).unwrap();
+    Delivery {
+        path: "/webhooks/stripe".into(),
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("stripe-signature".into(), stripe_signature(secret, t, &body)),
+        ],
+        body,
+    }
+}
+
+/// A Stripe event object `id` of type `event_type`, created at 1700000000.
+pub fn stripe_event(id: &str, event_type: &str) -> Value {
+    json!({
+        "id": id,
+        "object": "event",
+        "type": event_type,
+        "created": 1700000000,
+        "livemode": false,
+        "data": { "object": { "id": "in_1", "object": "invoice" } }
+    })
 }
 
 /// A Standard Webhooks payload of the recommended shape.
