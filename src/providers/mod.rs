@@ -34,7 +34,7 @@ macro_rules! built_in {
 }
 
 // Adding a provider: its module, and its name here.
-built_in!(paddle, clerk, stripe);
+built_in!(paddle, clerk, stripe, github);
 
 /// What the rest of the service needs to know about a built-in provider.
 #[derive(Debug)]

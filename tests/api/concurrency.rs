@@ -112,6 +112,7 @@ async fn ten_concurrent_deliveries_of_one_event_without_side_effects_record_it_o
     let app = TestApp::spawn().await;
     let deliveries = [
         ("stripe", stripe(&stripe_event("evt_01", "invoice.paid"))),
+        ("github", github("72d3162e-cc78-11e3-81ab-4c9367dc0958", "issues", &issue_opened())),
         (STANDARD_SENDER, standard(STANDARD_SENDER, "msg_01", &standard_event("contact.created"))),
     ];
     for (provider, delivery) in &deliveries {

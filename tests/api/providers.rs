@@ -36,9 +36,20 @@ fn row(
 #[tokio::test]
 async fn events_of_providers_without_handlers_are_archived_deduplicated_and_processed() {
     let app = TestApp::spawn().await;
+    let delivery_id = "72d3162e-cc78-11e3-81ab-4c9367dc0958";
     // Each signed with the second configured secret: its position is archived.
     let deliveries = [
         (stripe_signed(&stripe_event("evt_01", "invoice.paid"), STRIPE_SECRETS[1], now()), "evt_01"),
+        (github_signed(delivery_id, "issues", &issue_opened(), GITHUB_SECRETS[1]), delivery_id),
+        (
+            github_signed(
+                "d-ping",
+                "ping",
+                &json!({ "zen": "Design for failure.", "hook_id": 1 }),
+                GITHUB_SECRETS[1],
+            ),
+            "d-ping",
+        ),
         (
             standard_signed(
                 STANDARD_SENDER,
@@ -64,11 +75,15 @@ async fn events_of_providers_without_handlers_are_archived_deduplicated_and_proc
         [
             row("stripe", "evt_01", "invoice.paid", created, "PROCESSED"),
             row("stripe", "evt_01", "invoice.paid", created, "SKIPPED"),
+            row("github", delivery_id, "issues.opened", None, "PROCESSED"),
+            row("github", delivery_id, "issues.opened", None, "SKIPPED"),
+            row("github", "d-ping", "ping", None, "PROCESSED"),
+            row("github", "d-ping", "ping", None, "SKIPPED"),
             row("acme", "msg_01", "contact.created", timestamp, "PROCESSED"),
             row("acme", "msg_01", "contact.created", timestamp, "SKIPPED"),
         ]
     );
-    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 2);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 4);
 }
 
 #[tokio::test]
@@ -123,6 +138,7 @@ async fn providers_without_a_secret_answer_503_and_unconfigured_names_404() {
         ("clerk", clerk("msg_01", &user_created("user_01"))),
         ("clerk", clerk("msg_01", &user_created("user_01")).at("/webhooks/clerk")),
         ("stripe", stripe(&stripe_event("evt_01", "invoice.paid"))),
+        ("github", github("d-1", "issues", &issue_opened())),
     ];
     for (provider, delivery) in &deliveries {
         let answer = app.send(delivery).await;

@@ -136,6 +136,32 @@ async fn unverifiable_stripe_deliveries_are_refused_and_store_nothing() {
 }
 
 #[tokio::test]
+async fn unverifiable_github_deliveries_are_refused_and_store_nothing() {
+    let app = TestApp::spawn().await;
+    let body = issue_opened();
+    let signed = github("72d3162e-cc78-11e3-81ab-4c9367dc0958", "issues", &body);
+    let mut tampered = signed.clone();
+    tampered.body[10] ^= 0x01;
+    let header = "x-hub-signature-256";
+    let sha1 = format!("sha1={}", &github_signature(GITHUB_SECRETS[0], &signed.body)[7..47]);
+
+    let cases = [
+        (tampered, "no matching signature"),
+        (
+            github_signed("72d3162e-cc78-11e3-81ab-4c9367dc0958", "issues", &body, "wrong"),
+            "no matching signature",
+        ),
+        (signed.clone().without(header), "missing X-Hub-Signature-256 header"),
+        (signed.clone().header(header, &sha1), "malformed X-Hub-Signature-256 header"),
+        (signed.clone().header(header, "sha256=abc"), "malformed X-Hub-Signature-256 header"),
+    ];
+    for (delivery, reason) in &cases {
+        assert_rejected(&app, delivery, reason).await;
+    }
+    assert_eq!(app.rows_everywhere().await, 0);
+}
+
+#[tokio::test]
 async fn unverifiable_standard_webhooks_deliveries_are_refused_and_store_nothing() {
     let app = TestApp::spawn().await;
     let body = standard_event("contact.created");

@@ -17,7 +17,8 @@ use webhook_inbox::providers::{ProviderConfig, Registry};
 
 use super::database::TestDatabase;
 use super::signing::{
-    CLERK_SECRETS, Delivery, PADDLE_SECRETS, STANDARD_SECRETS, STANDARD_SENDER, STRIPE_SECRETS,
+    CLERK_SECRETS, Delivery, GITHUB_SECRETS, PADDLE_SECRETS, STANDARD_SECRETS, STANDARD_SENDER,
+    STRIPE_SECRETS,
 };
 
 /// What a test may change about the app.
@@ -39,6 +40,7 @@ impl Default for TestConfig {
                 ("paddle", PADDLE_SECRETS.to_vec()),
                 ("clerk", CLERK_SECRETS.to_vec()),
                 ("stripe", STRIPE_SECRETS.to_vec()),
+                ("github", GITHUB_SECRETS.to_vec()),
             ]),
             standard_webhooks: format!("{STANDARD_SENDER}={first},{STANDARD_SENDER}={second}"),
             max_body_bytes: 64 * 1024,

@@ -18,6 +18,8 @@ pub const CLERK_SECRETS: [&str; 2] =
     ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"];
 /// The Stripe secrets a test app is configured with (two: rolling a secret).
 pub const STRIPE_SECRETS: [&str; 2] = ["whsec_test_secret", "whsec_rolled_9fZqXk2Lr1"];
+/// The GitHub secrets a test app is configured with (two: rotation).
+pub const GITHUB_SECRETS: [&str; 2] = ["It's a Secret to Everybody", "mysecret"];
 /// The Standard Webhooks sender every test app has, and its secrets (two: rotation).
 pub const STANDARD_SENDER: &str = "acme";
 pub const STANDARD_SECRETS: [&str; 2] =
@@ -161,6 +163,31 @@ pub fn stripe_signed(body: &Value, secret: &str, t: i64) -> Delivery {
     }
 }
 
+/// The `X-Hub-Signature-256` header value: HMAC of the body alone.
+pub fn github_signature(secret: &str, body: &[u8]) -> String {
+    format!("sha256={}", hex::encode(hmac(secret.as_bytes(), body)))
+}
+
+/// A GitHub delivery `delivery_id` of a `event` event, signed with the first secret.
+pub fn github(delivery_id: &str, event: &str, body: &Value) -> Delivery {
+    github_signed(delivery_id, event, body, GITHUB_SECRETS[0])
+}
+
+/// A GitHub delivery signed with `secret`.
+pub fn github_signed(delivery_id: &str, event: &str, body: &Value, secret: &str) -> Delivery {
+    let body = serde_json::to_vec(body).unwrap();
+    Delivery {
+        path: "/webhooks/github".into(),
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("x-github-delivery".into(), delivery_id.into()),
+            ("x-github-event".into(), event.into()),
+            ("x-hub-signature-256".into(), github_signature(secret, &body)),
+        ],
+        body,
+    }
+}
+
 /// A Stripe event object `id` of type `event_type`, created at 1700000000.
 pub fn stripe_event(id: &str, event_type: &str) -> Value {
     json!({
@@ -170,6 +197,15 @@ pub fn stripe_event(id: &str, event_type: &str) -> Value {
         "created": 1700000000,
         "livemode": false,
         "data": { "object": { "id": "in_1", "object": "invoice" } }
+    })
+}
+
+/// A GitHub `issues` payload with action `opened`.
+pub fn issue_opened() -> Value {
+    json!({
+        "action": "opened",
+        "issue": { "number": 1347, "title": "Found a bug" },
+        "repository": { "full_name": "octocat/Hello-World" }
     })
 }
 
