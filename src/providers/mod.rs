@@ -12,6 +12,7 @@ mod registry;
 pub mod signature;
 pub mod standard_sender;
 pub mod standard_webhooks;
+pub mod timestamped;
 
 use std::sync::Arc;
 

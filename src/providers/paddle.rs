@@ -10,13 +10,19 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::signature::{self, SignatureError, SigningKeys, TimestampedHeader, TimestampedHeaderFormat};
-use super::{Provider, ProviderSpec, Verified, header_str};
+use super::signature::SignatureError;
+use super::timestamped::{self, TimestampedVerifier};
+use super::{Provider, ProviderSpec, Verified};
 use crate::event::{self, Event, EventError};
 
 const SIGNATURE_HEADER: &str = "Paddle-Signature";
-const HEADER_FORMAT: TimestampedHeaderFormat =
-    TimestampedHeaderFormat { name: SIGNATURE_HEADER, separator: ';', timestamp_key: "ts", signature_key: "h1" };
+const FORMAT: timestamped::Format = timestamped::Format {
+    header: SIGNATURE_HEADER,
+    separator: ';',
+    timestamp_key: "ts",
+    signature_key: "h1",
+    message_separator: ":",
+};
 
 /// Paddle Billing at `/webhooks/paddle` and `/billing/webhook`; secrets from `PADDLE_WEBHOOK_SECRET`.
 pub const SPEC: ProviderSpec = ProviderSpec {
@@ -30,8 +36,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 /// Verifies and reads Paddle Billing notifications.
 #[derive(Debug)]
 pub struct Paddle {
-    keys: SigningKeys,
-    tolerance_secs: u64,
+    verifier: TimestampedVerifier,
 }
 
 impl Paddle {
@@ -40,7 +45,7 @@ impl Paddle {
 
     /// Paddle signs with the secret key as text: its UTF-8 bytes are the HMAC key.
     pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Self {
-        Paddle { keys: SigningKeys::utf8(secrets), tolerance_secs }
+        Paddle { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs) }
     }
 }
 
@@ -55,15 +60,7 @@ impl Provider for Paddle {
         body: &[u8],
         now: i64,
     ) -> Result<Verified<'h>, SignatureError> {
-        let header = header_str(headers, SIGNATURE_HEADER)?;
-        let parsed = TimestampedHeader::parse(header, &HEADER_FORMAT)?;
-        signature::check_timestamp(parsed.timestamp, now, self.tolerance_secs)?;
-        // The signed message is the timestamp exactly as sent, a colon, the raw body.
-        let message = [parsed.ts.as_bytes(), b":", body];
-        self.keys
-            .position_of_match(&message, &parsed.tags)
-            .map(|secret_index| Verified { secret_index, signature: header })
-            .ok_or(SignatureError::NoMatchingSignature)
+        self.verifier.verify(headers, body, now)
     }
 
     fn parse_event<'a>(&self, _headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
@@ -105,6 +102,7 @@ struct Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::signature;
     use axum::http::HeaderValue;
 
     fn paddle(secrets: &[&str]) -> Paddle {

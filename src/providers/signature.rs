@@ -128,61 +128,6 @@ pub fn hex_tag(text: &str) -> Option<[u8; TAG_LEN]> {
     hex::decode_to_slice(text, &mut tag).ok().map(|()| tag)
 }
 
-/// How a provider lays out a `<timestamp key>=<unix>` plus
-/// `<signature key>=<hex>` header: Paddle `ts=...;h1=...`, Stripe `t=...,v1=...`.
-pub struct TimestampedHeaderFormat {
-    /// The header's name, for the reasons given on rejection.
-    pub name: &'static str,
-    /// Between `key=value` entries.
-    pub separator: char,
-    /// The key of the (single) timestamp entry.
-    pub timestamp_key: &'static str,
-    /// The key of the signature entries; there may be several (rotation).
-    pub signature_key: &'static str,
-}
-
-/// A parsed timestamped signature header.
-#[derive(Debug, PartialEq)]
-pub struct TimestampedHeader<'h> {
-    /// The timestamp as sent: the signed message uses this text, not a re-rendering.
-    pub ts: &'h str,
-    /// The timestamp, in unix seconds.
-    pub timestamp: i64,
-    /// Every signature that decodes as a SHA-256 tag; any may match.
-    pub tags: Vec<[u8; TAG_LEN]>,
-}
-
-impl<'h> TimestampedHeader<'h> {
-    /// Parses `header` laid out as `format` says. Unknown keys are ignored (both
-    /// Paddle and Stripe add keys over time, e.g. Stripe's `v0`), and a
-    /// signature that is not 64 hex digits is one that matches nothing; no
-    /// timestamp, two of them, or no signature entry at all is malformed.
-    pub fn parse(header: &'h str, format: &TimestampedHeaderFormat) -> Result<Self, SignatureError> {
-        let malformed = SignatureError::MalformedHeader(format.name);
-        let mut ts = None;
-        let mut tags = Vec::new();
-        let mut signature_entries = 0usize;
-        for part in header.split(format.separator) {
-            let (key, value) = part.split_once('=').ok_or(malformed)?;
-            match key.trim() {
-                key if key == format.timestamp_key && ts.is_none() => ts = Some(value.trim()),
-                key if key == format.timestamp_key => return Err(malformed),
-                key if key == format.signature_key => {
-                    signature_entries += 1;
-                    tags.extend(hex_tag(value.trim()));
-                }
-                _ => {}
-            }
-        }
-        let ts = ts.ok_or(malformed)?;
-        let timestamp = parse_unix_seconds(ts).ok_or(malformed)?;
-        if signature_entries == 0 {
-            return Err(malformed);
-        }
-        Ok(TimestampedHeader { ts, timestamp, tags })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,27 +163,6 @@ mod tests {
         assert_eq!(parse_unix_seconds("1696195954"), Some(1696195954));
         for bad in ["", "-5", "+5", " 5", "5e3", "12a", "9999999999999999999999"] {
             assert_eq!(parse_unix_seconds(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn timestamped_headers_follow_their_format() {
-        let format = TimestampedHeaderFormat {
-            name: "X-Sig",
-            separator: ',',
-            timestamp_key: "t",
-            signature_key: "v1",
-        };
-        let tag = "ab".repeat(TAG_LEN);
-        let header = format!("t=12, v0=zz,v1=nothex,v1={tag}");
-        let parsed = TimestampedHeader::parse(&header, &format).unwrap();
-        assert_eq!((parsed.ts, parsed.timestamp, parsed.tags), ("12", 12, vec![[0xab; TAG_LEN]]));
-        for bad in ["", "t=1", "v1=00", "t=x,v1=00", "t=1,t=1,v1=00", "t=1;v1=00", "t=1,v1"] {
-            assert_eq!(
-                TimestampedHeader::parse(bad, &format),
-                Err(SignatureError::MalformedHeader("X-Sig")),
-                "{bad:?}"
-            );
         }
     }
 

@@ -12,14 +12,20 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::signature::{self, SignatureError, SigningKeys, TimestampedHeader, TimestampedHeaderFormat};
-use super::{Provider, ProviderSpec, Verified, header_str};
+use super::signature::SignatureError;
+use super::timestamped::{self, TimestampedVerifier};
+use super::{Provider, ProviderSpec, Verified};
 use crate::event::{self, Event, EventError};
 
 const SIGNATURE_HEADER: &str = "Stripe-Signature";
 /// Stripe adds `v0` (a test-mode scheme) and may add others: only `v1` is checked.
-const HEADER_FORMAT: TimestampedHeaderFormat =
-    TimestampedHeaderFormat { name: SIGNATURE_HEADER, separator: ',', timestamp_key: "t", signature_key: "v1" };
+const FORMAT: timestamped::Format = timestamped::Format {
+    header: SIGNATURE_HEADER,
+    separator: ',',
+    timestamp_key: "t",
+    signature_key: "v1",
+    message_separator: ".",
+};
 
 /// Stripe at `/webhooks/stripe`; secrets from `STRIPE_WEBHOOK_SECRET`.
 pub const SPEC: ProviderSpec = ProviderSpec {
@@ -33,8 +39,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 /// Verifies and reads Stripe events.
 #[derive(Debug)]
 pub struct Stripe {
-    keys: SigningKeys,
-    tolerance_secs: u64,
+    verifier: TimestampedVerifier,
 }
 
 impl Stripe {
@@ -43,7 +48,7 @@ impl Stripe {
 
     /// Stripe keys the HMAC with the whole secret as text, `whsec_` prefix included.
     pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Self {
-        Stripe { keys: SigningKeys::utf8(secrets), tolerance_secs }
+        Stripe { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs) }
     }
 }
 
@@ -58,15 +63,7 @@ impl Provider for Stripe {
         body: &[u8],
         now: i64,
     ) -> Result<Verified<'h>, SignatureError> {
-        let header = header_str(headers, SIGNATURE_HEADER)?;
-        let parsed = TimestampedHeader::parse(header, &HEADER_FORMAT)?;
-        signature::check_timestamp(parsed.timestamp, now, self.tolerance_secs)?;
-        // The signed message is the timestamp exactly as sent, a dot, the raw body.
-        let message = [parsed.ts.as_bytes(), b".", body];
-        self.keys
-            .position_of_match(&message, &parsed.tags)
-            .map(|secret_index| Verified { secret_index, signature: header })
-            .ok_or(SignatureError::NoMatchingSignature)
+        self.verifier.verify(headers, body, now)
     }
 
     fn parse_event<'a>(&self, _headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
@@ -103,6 +100,7 @@ struct Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::signature;
     use axum::http::HeaderValue;
 
     fn stripe(secrets: &[&str]) -> Stripe {
