@@ -6,10 +6,11 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
-use crate::config::{DatabaseConfig, ServeConfig};
+use crate::config::{DatabaseConfig, OutboxConfig, ServeConfig};
 use crate::db::{self, Database};
 use crate::handlers::Handlers;
 use crate::http::{self, AppState, Limits};
+use crate::outbox::{Mailer, Templates, Worker};
 use crate::providers::Registry;
 use crate::providers::clerk::Clerk;
 use crate::providers::paddle::Paddle;
@@ -17,11 +18,15 @@ use crate::providers::paddle::Paddle;
 /// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
 pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Result<()> {
     let providers = providers(&config)?;
+    let mailer = mailer(&config.outbox)?;
     let listener = TcpListener::bind(config.listen_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
     let db = Database::connect(database).await?;
     db::MIGRATOR.run(&db.pool).await.context("applying migrations")?;
+    let poll_interval = Duration::from_millis(config.outbox.outbox_poll_interval_ms);
+    let worker = mailer
+        .map(|mailer| Worker::new(db.pool.clone(), mailer, config.outbox.retry(), poll_interval).spawn());
 
     let state = AppState::new(
         db.pool.clone(),
@@ -43,6 +48,11 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         Duration::from_secs(config.shutdown_grace_secs),
     )
     .await;
+    // After the drain: the deliveries' emails are enqueued by now, and the
+    // worker's last round finishes (or its claims expire) before the pool closes.
+    if let Some(worker) = worker {
+        worker.stop().await;
+    }
     db.close().await;
     Ok(())
 }
@@ -63,6 +73,21 @@ fn providers(config: &ServeConfig) -> anyhow::Result<Registry> {
         registry = registry.with(clerk);
     }
     Ok(registry)
+}
+
+/// The outbox's mailer, or `None` (with a warning) without `SMTP_URL`.
+fn mailer(config: &OutboxConfig) -> anyhow::Result<Option<Mailer>> {
+    let Some(url) = &config.smtp_url else {
+        tracing::warn!(
+            "SMTP_URL is not set: the outbox worker is off; emails wait in the outbox until it is set"
+        );
+        return Ok(None);
+    };
+    let from = config.smtp_from.clone().context("SMTP_FROM is required when SMTP_URL is set")?;
+    let templates = Templates::load(config.email_templates_dir.as_deref())?;
+    let timeout = Duration::from_secs(config.smtp_timeout_secs);
+    tracing::info!(%from, "outbox worker on: emails are sent over SMTP_URL");
+    Ok(Some(Mailer::new(url, from, templates, timeout)?))
 }
 
 /// Resolves on SIGTERM (how orchestrators stop a process) or Ctrl-C.
