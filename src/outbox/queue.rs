@@ -42,9 +42,10 @@ pub async fn claim(
     limit: i64,
 ) -> sqlx::Result<Vec<Claimed>> {
     sqlx::query_as(
-        "UPDATE outbox AS o
-         SET locked_until = $2, claim_token = gen_random_uuid(), attempts = o.attempts + 1
-         FROM (
+        // MATERIALIZED: the claim runs exactly once. Inlined as a join, the
+        // planner may rescan it (a nested loop), and each rescan locks and
+        // returns other rows, past the LIMIT.
+        "WITH c AS MATERIALIZED (
              SELECT due.id, u.email, u.first_name, u.last_name
              FROM outbox AS due
              LEFT JOIN users AS u ON u.id = due.user_id AND u.deleted_at IS NULL
@@ -54,8 +55,13 @@ pub async fn claim(
              ORDER BY due.next_attempt_at
              LIMIT $3
              FOR UPDATE OF due SKIP LOCKED
-         ) AS c
-         WHERE o.id = c.id
+         )
+         UPDATE outbox AS o
+         SET locked_until = $2, claim_token = gen_random_uuid(), attempts = o.attempts + 1
+         FROM c
+         -- Checked again on the row as updated, should a concurrent claim
+         -- have committed in between (belt and braces with the lock above).
+         WHERE o.id = c.id AND o.status = 'pending' AND (o.locked_until IS NULL OR o.locked_until <= $1)
          RETURNING o.id, o.claim_token, o.kind, o.user_id, o.subscription_id, o.attempts,
                    c.email, c.first_name, c.last_name",
     )

@@ -135,7 +135,10 @@ async fn two_replicas_share_the_outbox_and_send_each_email_once() {
                 let mut total = Round::default();
                 for _ in 0..4 {
                     barrier.wait().await;
-                    total += worker.deliver_due(Utc::now()).await.unwrap();
+                    let round = worker.deliver_due(Utc::now()).await.unwrap();
+                    // One round claims one batch at most.
+                    assert!(round.claimed <= 10, "{round:?}");
+                    total += round;
                 }
                 total
             })
@@ -234,4 +237,30 @@ async fn the_spawned_worker_sends_what_deliveries_enqueue_and_stops_when_asked()
     assert_eq!(messages.len(), 2);
     create_user(&app, "user_03").await;
     assert_eq!(app.count("SELECT count(*) FROM outbox WHERE status = 'pending'").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_skips_the_rows_another_replica_is_claiming_instead_of_waiting_for_them() {
+    let app = TestApp::spawn().await;
+    let smtp = SmtpServer::start().await;
+    create_user(&app, "user_01").await;
+    create_user(&app, "user_02").await;
+    // Another replica's claim of user_01's email, caught in the middle.
+    let mut other = app.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM outbox WHERE user_id = 'user_01' FOR UPDATE")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+
+    let round = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        worker(&app.state.pool, &smtp).run_once(Utc::now()),
+    )
+    .await
+    .expect("the worker did not wait for the locked row")
+    .unwrap();
+
+    assert_eq!(round, Round { claimed: 1, sent: 1, ..Round::default() });
+    assert_eq!(smtp.messages()[0].to, ["<user_02@example.com>"]);
+    other.rollback().await.unwrap();
 }
