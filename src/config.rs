@@ -8,7 +8,6 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use lettre::message::Mailbox;
 use secrecy::SecretString;
 
 use crate::handlers::billing::PriceCredits;
@@ -81,13 +80,13 @@ pub struct ServeConfig {
 /// How the outbox worker sends email.
 #[derive(Debug, Clone, Args)]
 pub struct OutboxConfig {
-    /// SMTP server: `smtp://host:2525` (plain), `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host:465`. Unset: the worker is off and emails wait in the outbox.
+    /// SMTP server: `smtp://host:2525` (plain), `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host:465`. Unset or empty: the worker is off and emails wait in the outbox.
     #[arg(long, env = "SMTP_URL", hide_env_values = true, value_parser = parse_secret)]
     pub smtp_url: Option<SecretString>,
 
     /// Sender of every email, e.g. `Acme <noreply@acme.example>`; the Message-ID domain too. Required with SMTP_URL.
     #[arg(long, env = "SMTP_FROM")]
-    pub smtp_from: Option<Mailbox>,
+    pub smtp_from: Option<String>,
 
     /// Longest one email may take to send, connection included, before it counts as failed.
     #[arg(long, env = "SMTP_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use secrecy::ExposeSecret;
 use tokio::net::TcpListener;
 
 use crate::config::{DatabaseConfig, OutboxConfig, ServeConfig};
@@ -77,17 +78,22 @@ fn providers(config: &ServeConfig) -> anyhow::Result<Registry> {
 
 /// The outbox's mailer, or `None` (with a warning) without `SMTP_URL`.
 fn mailer(config: &OutboxConfig) -> anyhow::Result<Option<Mailer>> {
-    let Some(url) = &config.smtp_url else {
+    let Some(url) = config.smtp_url.as_ref().filter(|url| !url.expose_secret().is_empty()) else {
         tracing::warn!(
             "SMTP_URL is not set: the outbox worker is off; emails wait in the outbox until it is set"
         );
         return Ok(None);
     };
-    let from = config.smtp_from.clone().context("SMTP_FROM is required when SMTP_URL is set")?;
+    let from = config
+        .smtp_from
+        .as_deref()
+        .filter(|from| !from.is_empty())
+        .context("SMTP_FROM is required when SMTP_URL is set")?;
     let templates = Templates::load(config.email_templates_dir.as_deref())?;
     let timeout = Duration::from_secs(config.smtp_timeout_secs);
-    tracing::info!(%from, "outbox worker on: emails are sent over SMTP_URL");
-    Ok(Some(Mailer::new(url, from, templates, timeout)?))
+    let mailer = Mailer::new(url, from, templates, timeout)?;
+    tracing::info!(from, "outbox worker on: emails are sent over SMTP_URL");
+    Ok(Some(mailer))
 }
 
 /// Resolves on SIGTERM (how orchestrators stop a process) or Ctrl-C.

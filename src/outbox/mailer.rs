@@ -15,6 +15,9 @@ pub enum MailerError {
     /// `SMTP_URL` does not parse. The URL itself is not quoted: it may hold a password.
     #[error("SMTP_URL is not a valid smtp:// or smtps:// URL")]
     InvalidUrl,
+    /// `SMTP_FROM` is not a mailbox.
+    #[error("SMTP_FROM is not an address like `Acme <noreply@acme.example>`: {0}")]
+    InvalidFrom(#[from] lettre::address::AddressError),
 }
 
 /// One email, ready to be built.
@@ -50,14 +53,16 @@ impl std::fmt::Debug for Mailer {
 
 impl Mailer {
     /// A mailer for `url` (`smtp://host:port`, `smtp://...?tls=required`
-    /// for STARTTLS, `smtps://user:password@host:465`), sending as `from`.
-    /// `timeout` bounds a whole send, connection included.
+    /// for STARTTLS, `smtps://user:password@host:465`), sending as `from`
+    /// (`Name <address>` or a bare address). `timeout` bounds a whole send,
+    /// connection included.
     pub fn new(
         url: &SecretString,
-        from: Mailbox,
+        from: &str,
         templates: Templates,
         timeout: Duration,
     ) -> Result<Mailer, MailerError> {
+        let from: Mailbox = from.parse()?;
         let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url.expose_secret())
             .map_err(|_| MailerError::InvalidUrl)?
             .timeout(Some(timeout))

@@ -21,3 +21,29 @@ fn help_never_shows_a_configured_secret() {
         assert!(!help.contains(secret), "--help shows {secret}");
     }
 }
+
+#[test]
+fn a_misconfigured_smtp_stops_startup_with_a_reason_and_without_the_password() {
+    for (url, from, reason) in [
+        ("smtp://mailer:smtp_password@127.0.0.1:2525", "", "SMTP_FROM is required when SMTP_URL is set"),
+        ("smtp://mailer:smtp_password@127.0.0.1:2525", "not an address", "SMTP_FROM is not an address"),
+        (
+            "smpt:mailer:smtp_password",
+            "noreply@acme.example",
+            "SMTP_URL is not a valid smtp:// or smtps:// URL",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+            .args(["serve", "--listen-addr", "127.0.0.1:0"])
+            .env("SMTP_URL", url)
+            .env("SMTP_FROM", from)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(!output.status.success());
+        assert!(stderr.contains(reason), "{stderr}");
+        assert!(!stderr.contains("smtp_password") && !stdout.contains("smtp_password"), "{stderr}{stdout}");
+    }
+}

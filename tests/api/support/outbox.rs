@@ -16,8 +16,6 @@ pub const RETRY: Retry =
 
 /// A worker on `pool` (an app instance's own pool, for replicas) sending to `smtp`.
 pub fn worker(pool: &PgPool, smtp: &SmtpServer) -> Worker {
-    let mailer =
-        Mailer::new(&smtp.url().into(), FROM.parse().unwrap(), Templates::default(), Duration::from_secs(5))
-            .unwrap();
+    let mailer = Mailer::new(&smtp.url().into(), FROM, Templates::default(), Duration::from_secs(5)).unwrap();
     Worker::new(pool.clone(), mailer, RETRY, Duration::from_millis(20))
 }
