@@ -5,9 +5,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::http::StatusCode;
 use chrono::Utc;
+use futures_util::future::join_all;
 use serde_json::{Value, json};
+use sqlx::PgPool;
 use tokio::sync::Barrier;
 
 use crate::support::app::send;
@@ -67,19 +70,14 @@ async fn the_lifecycle_delivered_once_in_order_leaves_the_expected_state() {
     assert_eq!(final_state(&app).await, expected_state());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_event_delivered_ten_times_at_once_and_interleaved_leaves_the_same_state_and_sends_each_email_once()
- {
-    let app = TestApp::spawn().await;
-    let (replica_state, replica) = app.replica().await;
-    let smtp = SmtpServer::start().await;
-    let events = lifecycle();
-
-    // Copy c sends the events rotated by c and reversed on odd copies, so
-    // every event races its own duplicates and every other event.
+/// Delivers every event of `events` ten times, all released at once and
+/// alternating between `routers`: copy c sends the events rotated by c and
+/// reversed on odd copies, so every event races its own duplicates and every
+/// other event. Checks each event was processed exactly once.
+async fn deliver_ten_times_interleaved(app: &TestApp, routers: [&Router; 2], events: &[Delivery]) {
     let mut deliveries = Vec::new();
     for copy in 0..10 {
-        let mut order = events.clone();
+        let mut order = events.to_vec();
         order.rotate_left(copy % events.len());
         if copy % 2 == 1 {
             order.reverse();
@@ -91,8 +89,7 @@ async fn every_event_delivered_ten_times_at_once_and_interleaved_leaves_the_same
         .into_iter()
         .enumerate()
         .map(|(i, delivery)| {
-            let router = if i % 2 == 0 { app.router.clone() } else { replica.clone() };
-            let barrier = barrier.clone();
+            let (router, barrier) = (routers[i % 2].clone(), barrier.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
                 send(&router, &delivery).await
@@ -105,18 +102,56 @@ async fn every_event_delivered_ten_times_at_once_and_interleaved_leaves_the_same
         assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
         processed += usize::from(answer.body["status"] == "processed");
     }
-
     assert_eq!(processed, events.len());
     assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, events.len() as i64);
-    assert_eq!(final_state(&app).await, expected_state());
+}
 
-    // Two workers (one per instance) deliver the outbox concurrently.
-    let workers = [worker(&app.state.pool, &smtp), worker(&replica_state.pool, &smtp)];
-    let rounds = futures_util::future::join_all(workers.iter().map(|w| w.run_once(Utc::now()))).await;
-    let sent: usize = rounds.into_iter().map(|round| round.unwrap().sent).sum();
-    assert_eq!(sent, 2);
+/// Two workers (one per instance) deliver the outbox concurrently; returns how many they sent.
+async fn deliver_outbox(pools: [&PgPool; 2], smtp: &SmtpServer) -> usize {
+    let workers = pools.map(|pool| worker(pool, smtp));
+    let rounds = join_all(workers.iter().map(|w| w.run_once(Utc::now()))).await;
+    rounds.into_iter().map(|round| round.unwrap().sent).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_event_delivered_ten_times_at_once_and_interleaved_leaves_the_same_state_and_sends_each_email_once()
+ {
+    let app = TestApp::spawn().await;
+    let (replica_state, replica) = app.replica().await;
+    let smtp = SmtpServer::start().await;
+
+    deliver_ten_times_interleaved(&app, [&app.router, &replica], &lifecycle()).await;
+
+    assert_eq!(final_state(&app).await, expected_state());
+    assert_eq!(deliver_outbox([&app.state.pool, &replica_state.pool], &smtp).await, 2);
     let messages = smtp.messages();
     let subjects: HashSet<_> = messages.iter().filter_map(|m| m.header("Subject")).collect();
     assert_eq!(subjects, HashSet::from(["Welcome, Ada", "Your subscription has been canceled"]));
     assert!(messages.iter().all(|m| m.to == ["<ada@lovelace.example>"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_user_created_updated_and_deleted_ten_times_over_at_once_ends_deleted_scrubbed_and_unmailed() {
+    let app = TestApp::spawn().await;
+    let (replica_state, replica) = app.replica().await;
+    let smtp = SmtpServer::start().await;
+    let events = [
+        clerk("msg_created", &user("created", "user_42", "ada@example.com", 1_000)),
+        clerk("msg_updated", &user("updated", "user_42", "ada@lovelace.example", 2_000)),
+        clerk("msg_deleted", &user_deleted("user_42", 3_000)),
+        clerk("msg_late", &user("updated", "user_42", "ada@example.com", 2_500)),
+    ];
+
+    deliver_ten_times_interleaved(&app, [&app.router, &replica], &events).await;
+
+    let user: (Option<String>, Option<String>, Option<String>, bool) =
+        sqlx::query_as("SELECT email, first_name, last_name, deleted_at IS NOT NULL FROM users")
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(user, (None, None, None, true));
+    // The welcome was never enqueued (deletion first) or was given up.
+    assert_eq!(app.count("SELECT count(*) FROM outbox WHERE status <> 'dead'").await, 0);
+    assert_eq!(deliver_outbox([&app.state.pool, &replica_state.pool], &smtp).await, 0);
+    assert!(smtp.messages().is_empty());
 }
