@@ -101,7 +101,8 @@ pub async fn mark_failed(
              next_attempt_at = COALESCE($4, next_attempt_at),
              last_error = $3,
              locked_until = NULL
-         WHERE id = $1 AND claim_token = $2",
+         -- Not a row given up meanwhile (its user deleted): it stays dead.
+         WHERE id = $1 AND claim_token = $2 AND status = 'pending'",
     )
     .bind(row.id)
     .bind(row.claim_token)
