@@ -112,7 +112,7 @@ impl TestApp {
         self.count(
             "SELECT (SELECT count(*) FROM webhook_events) + (SELECT count(*) FROM processed_webhook_events)
                   + (SELECT count(*) FROM subscriptions) + (SELECT count(*) FROM credit_grants)
-                  + (SELECT count(*) FROM users)",
+                  + (SELECT count(*) FROM users) + (SELECT count(*) FROM outbox)",
         )
         .await
     }
