@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
-use super::standard_webhooks::{self, InvalidSecret, StandardWebhooksVerifier};
-use super::{Provider, ProviderSpec, Verified};
+use super::standard_webhooks::{self, StandardWebhooksVerifier};
+use super::{InvalidSecret, Provider, ProviderSpec, Verified};
 use crate::event::{self, Event, EventError};
 
 /// Clerk at `/webhooks/clerk` and `/account/webhook`; secrets from `CLERK_WEBHOOK_SECRET`.

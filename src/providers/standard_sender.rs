@@ -17,8 +17,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
-use super::standard_webhooks::{self, InvalidSecret, StandardWebhooksVerifier};
-use super::{Provider, Verified};
+use super::standard_webhooks::{self, StandardWebhooksVerifier};
+use super::{InvalidSecret, Provider, Verified};
 use crate::event::{self, Event, EventError};
 
 /// The event type recorded when the body has no `type` string.

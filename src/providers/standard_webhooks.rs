@@ -9,9 +9,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use secrecy::{ExposeSecret, SecretSlice, SecretString};
 
-pub use super::signature::InvalidSecret;
 use super::signature::{self, SignatureError, SigningKeys, TAG_LEN};
-use super::{Verified, header_str};
+use super::{InvalidSecret, Verified, header_str};
 
 /// The three headers of one naming family.
 struct HeaderNames {

@@ -50,7 +50,7 @@ impl Default for TestConfig {
 }
 
 impl TestConfig {
-    /// The default configuration without the built-in provider `name`'s secrets.
+    /// This configuration without the built-in provider `name`'s secrets.
     pub fn without(mut self, name: &str) -> Self {
         self.secrets.remove(name);
         self
