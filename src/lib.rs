@@ -16,6 +16,8 @@ pub mod handlers;
 pub mod http;
 /// The one-transaction-per-delivery core: archive, dedup, handler.
 pub mod inbox;
+/// Effects that leave the database: emails enqueued by handlers, sent by a worker.
+pub mod outbox;
 /// Signature verification and event extraction, one module per provider.
 pub mod providers;
 /// Log output.

@@ -6,7 +6,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -17,20 +18,29 @@ use super::AppState;
 use super::error::ApiError;
 use crate::event::EventError;
 use crate::inbox::{self, Delivery, Outcome};
-use crate::providers::Provider;
+use crate::providers::{self, Provider};
 
 /// Longest request id kept in the archive; longer client-sent ids are dropped.
 const MAX_REQUEST_ID_LEN: usize = 128;
 
+/// `POST /webhooks/{name}`: receives one delivery for the provider called `name`.
+pub async fn receive_named(
+    state: State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let Ok(Path(name)) = name else { return Err(ApiError::NotFound) };
+    receive(state, &name, request).await
+}
+
 /// Receives one delivery for the provider called `provider_name`.
 pub async fn receive(
     State(state): State<AppState>,
-    provider_name: &'static str,
+    provider_name: &str,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let span = Span::current();
-    span.record("provider", provider_name);
     let result = receive_inner(state, provider_name, request).await;
+    let span = Span::current();
     span.record(
         "outcome",
         match &result {
@@ -57,14 +67,18 @@ pub async fn receive(
 
 async fn receive_inner(
     state: AppState,
-    provider_name: &'static str,
+    provider_name: &str,
     request: Request,
 ) -> Result<(Outcome, String), ApiError> {
-    let provider = state
-        .providers
-        .get(provider_name)
-        .cloned()
-        .ok_or_else(|| ApiError::ProviderDisabled(provider_name.to_string()))?;
+    let provider = match state.providers.get(provider_name) {
+        Some(provider) => provider.clone(),
+        None if providers::is_built_in(provider_name) => {
+            Span::current().record("provider", provider_name);
+            return Err(ApiError::ProviderDisabled(provider_name.to_string()));
+        }
+        None => return Err(ApiError::NotFound),
+    };
+    Span::current().record("provider", provider.name());
     let (parts, body) = request.into_parts();
     let body = read_body(&parts.headers, body, &state).await?;
 

@@ -3,9 +3,13 @@
 
 pub mod app;
 pub mod database;
+pub mod events;
+pub mod outbox;
 pub mod signing;
+pub mod smtp;
 pub mod socket;
 
 pub use app::{TestApp, TestConfig};
 pub use database::TestDatabase;
 pub use signing::*;
+pub use smtp::SmtpServer;
