@@ -18,7 +18,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
-use crate::handlers::Handlers;
+use crate::inbox::Effects;
 use crate::providers::Registry;
 use crate::providers::clerk::Clerk;
 use crate::providers::paddle::Paddle;
@@ -41,8 +41,8 @@ pub struct AppState {
     pub pool: PgPool,
     /// The enabled providers.
     pub providers: Arc<Registry>,
-    /// The side effects and their configuration.
-    pub handlers: Arc<Handlers>,
+    /// The side effects of events: the domain's `Handlers` in the service.
+    pub handlers: Arc<dyn Effects>,
     /// Bounds on request bodies.
     pub limits: Limits,
     /// Deliveries in flight, which shutdown waits for.
@@ -51,7 +51,7 @@ pub struct AppState {
 
 impl AppState {
     /// State with no deliveries in flight yet.
-    pub fn new(pool: PgPool, providers: Registry, handlers: Handlers, limits: Limits) -> Self {
+    pub fn new(pool: PgPool, providers: Registry, handlers: impl Effects + 'static, limits: Limits) -> Self {
         AppState {
             pool,
             providers: Arc::new(providers),

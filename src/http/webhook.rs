@@ -120,6 +120,6 @@ async fn verify_and_deliver(
         secret_index: Some(verified.secret_index),
         request_id,
     };
-    let outcome = inbox::deliver(&state.pool, &state.handlers, &delivery).await?;
+    let outcome = inbox::deliver(&state.pool, &*state.handlers, &delivery).await?;
     Ok((outcome, event_id))
 }
