@@ -17,7 +17,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::event::EventError;
 use crate::inbox::{self, Delivery, Outcome};
-use crate::providers::Provider;
+use crate::providers::{Provider, json};
 
 /// Longest request id kept in the archive; longer client-sent ids are dropped.
 const MAX_REQUEST_ID_LEN: usize = 128;
@@ -107,6 +107,7 @@ async fn verify_and_deliver(
         tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
     })?;
     let payload = std::str::from_utf8(body).map_err(|_| EventError::NotJson)?;
+    json::check_unique_keys(payload)?;
     let event = provider.parse_event(headers, body)?;
     Span::current().record("event_id", event.id.as_ref());
     let event_id = event.id.to_string();

@@ -2,6 +2,7 @@
 //! provider puts the event id and type. A provider is one module.
 
 pub mod clerk;
+pub mod json;
 pub mod paddle;
 pub mod signature;
 pub mod standard_webhooks;
