@@ -11,5 +11,6 @@ mod concurrency;
 mod database_harness;
 mod delivery;
 mod handler_failure;
+mod hostile_input;
 mod server;
 mod verification;

@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
 use webhook_inbox::handlers::Handlers;
-use webhook_inbox::http::{AppState, Limits, app};
+use webhook_inbox::http::{AppState, Limits, app, serve};
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::clerk::Clerk;
 use webhook_inbox::providers::paddle::Paddle;
@@ -47,6 +47,21 @@ pub struct TestApp {
     pub router: Router,
 }
 
+/// The app on a real socket.
+pub struct Listening {
+    pub addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<bool>,
+}
+
+impl Listening {
+    /// Begins shutdown: the listener closes at once.
+    pub fn stop(self) -> tokio::task::JoinHandle<bool> {
+        self.stop.send(()).unwrap();
+        self.server
+    }
+}
+
 /// An answer: status and JSON body.
 #[derive(Debug)]
 pub struct Answer {
@@ -73,6 +88,23 @@ impl TestApp {
     pub async fn replica(&self) -> (AppState, Router) {
         let state = state_for(&self.db, &TestConfig::default()).await;
         (state.clone(), app(state))
+    }
+
+    /// Serves the app on a real socket (127.0.0.1, a free port), as `serve`
+    /// does, until [`Listening::stop`].
+    pub async fn listen(&self) -> Listening {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            self.router.clone(),
+            self.state.tasks.clone(),
+            Duration::from_secs(5),
+            async { stopped.await.unwrap_or(()) },
+            Duration::from_secs(20),
+        ));
+        Listening { addr, stop, server }
     }
 
     /// The database every instance shares.

@@ -4,7 +4,12 @@
 pub mod app;
 pub mod database;
 pub mod signing;
+// Shared with the fault suite (`tests/faults`), each using what the other does not.
+#[allow(dead_code)]
 pub mod socket;
+#[allow(dead_code)]
+#[path = "../../faults/support/watch.rs"]
+pub mod watch;
 
 pub use app::{TestApp, TestConfig};
 pub use database::TestDatabase;
