@@ -4,6 +4,8 @@
 pub mod clerk;
 pub mod json;
 pub mod paddle;
+#[cfg(test)]
+mod proptests;
 pub mod signature;
 pub mod standard_webhooks;
 
