@@ -104,9 +104,10 @@ async fn a_delivery_stuck_past_the_grace_period_is_abandoned_uncommitted_and_the
         deliveries: 2,
         ledger: Some(&ledger),
         notes: format!(
-            "SHUTDOWN_GRACE_SECS=1, handler held indefinitely: exited {}ms after SIGTERM (status {status}), \
+            "SHUTDOWN_GRACE_SECS=1, handler held indefinitely: exited {}ms after SIGTERM (exit code {}), \
              no 2xx, nothing committed; the provider's retry applied it once",
-            exited_after.as_millis()
+            exited_after.as_millis(),
+            status.code().map_or("none (signal)".into(), |code| code.to_string())
         ),
     }
     .print();
