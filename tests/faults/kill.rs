@@ -10,6 +10,19 @@ use crate::support::provider::{in_parallel, shuffle};
 use crate::support::service::database_url;
 use crate::support::*;
 
+/// What the clients of the load saw.
+#[derive(Default)]
+struct LoadRun {
+    provider: Provider,
+    /// Requests answered 2xx.
+    answered: AtomicUsize,
+    /// Events answered 2xx at least once.
+    acked: Mutex<HashSet<usize>>,
+    killed_at: OnceLock<Instant>,
+    /// Requests in flight when the process died, which got no answer.
+    cut_off: AtomicUsize,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each_event_once() {
     let db = TestDatabase::create().await;
@@ -23,54 +36,36 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
     let mut load: Vec<usize> = (0..events.len()).chain(0..events.len()).collect();
     shuffle(&mut load, 0x5eed_0001);
     let requests = load.len();
-    let provider = Arc::new(Provider::default());
-    let answered = Arc::new(AtomicUsize::new(0));
-    let acked = Arc::new(Mutex::new(HashSet::new()));
-    let killed_at = Arc::new(OnceLock::<Instant>::new());
-    let cut_off = Arc::new(AtomicUsize::new(0));
+    let run = Arc::new(LoadRun::default());
     let load = tokio::spawn({
-        let (provider, events, answered, acked, killed_at, cut_off) = (
-            provider.clone(),
-            events.clone(),
-            answered.clone(),
-            acked.clone(),
-            killed_at.clone(),
-            cut_off.clone(),
-        );
+        let (run, events) = (run.clone(), events.clone());
         in_parallel(load, 8, move |_, event| {
-            let (provider, events, answered, acked, killed_at, cut_off) = (
-                provider.clone(),
-                events.clone(),
-                answered.clone(),
-                acked.clone(),
-                killed_at.clone(),
-                cut_off.clone(),
-            );
+            let (run, events) = (run.clone(), events.clone());
             async move {
-                let attempt = provider.attempt(addr, &events[event].delivery).await;
+                let attempt = run.provider.attempt(addr, &events[event].delivery).await;
                 if attempt.succeeded() {
-                    acked.lock().unwrap().insert(event);
-                    answered.fetch_add(1, Ordering::SeqCst);
-                } else if killed_at.get().is_none_or(|killed| attempt.started < *killed) {
+                    run.acked.lock().unwrap().insert(event);
+                    run.answered.fetch_add(1, Ordering::SeqCst);
+                } else if run.killed_at.get().is_none_or(|killed| attempt.started < *killed) {
                     // In flight when the process died.
-                    cut_off.fetch_add(1, Ordering::SeqCst);
+                    run.cut_off.fetch_add(1, Ordering::SeqCst);
                 }
             }
         })
     });
 
     // SIGKILL once half the requests are answered, with the rest in flight.
-    while answered.load(Ordering::SeqCst) < requests / 2 {
+    while run.answered.load(Ordering::SeqCst) < requests / 2 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    killed_at.set(Instant::now()).unwrap();
+    run.killed_at.set(Instant::now()).unwrap();
     service.kill();
     load.await.unwrap();
     watch::until_no_service_session(db.pool()).await;
 
     // Acknowledged means durable: every event answered 2xx before the kill
     // has its dedup row, its PROCESSED row and its effect.
-    let acked: HashSet<usize> = acked.lock().unwrap().clone();
+    let acked: HashSet<usize> = run.acked.lock().unwrap().clone();
     let acked_events: Vec<Event> = acked.iter().map(|&i| events[i].clone()).collect();
     Ledger::count(db.pool(), &acked_events).await.assert_exactly_once();
     let committed: HashSet<String> = Ledger::committed(db.pool(), events.iter()).await.into_iter().collect();
@@ -81,12 +76,14 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
     let restarted = Service::start(&url, &[]).await;
     let redelivered = Arc::new(Mutex::new(Vec::new()));
     in_parallel(events.to_vec(), 8, {
-        let (provider, redelivered) = (provider.clone(), redelivered.clone());
+        let (run, redelivered) = (run.clone(), redelivered.clone());
         move |_, event: Event| {
-            let (provider, redelivered) = (provider.clone(), redelivered.clone());
+            let (run, redelivered) = (run.clone(), redelivered.clone());
             async move {
-                let attempts =
-                    provider.until_2xx(&[restarted.addr], &event.delivery, Duration::from_millis(20)).await;
+                let attempts = run
+                    .provider
+                    .until_2xx(&[restarted.addr], &event.delivery, Duration::from_millis(20))
+                    .await;
                 let answer = attempts.last().unwrap().answer.clone().unwrap();
                 redelivered.lock().unwrap().push((event.id, answer.body["idempotent"] == true));
             }
@@ -105,14 +102,14 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
     Report {
         fault: "kill -9 under load",
         events: events.len(),
-        deliveries: provider.sent(),
+        deliveries: run.provider.sent(),
         ledger: Some(&ledger),
         notes: format!(
             "{requests} requests (every event twice) by 8 clients, SIGKILL after {} answers; {} were in flight and got no answer, the rest were refused; \
              acknowledged before the kill: {} events, all durable; committed but unacknowledged: {}; \
              then every event redelivered until 2xx",
             requests / 2,
-            cut_off.load(Ordering::SeqCst),
+            run.cut_off.load(Ordering::SeqCst),
             acked.len(),
             committed.len() - acked.len(),
         ),
