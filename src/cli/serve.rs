@@ -5,28 +5,37 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{DatabaseConfig, ServeConfig};
 use crate::db::{self, Database};
-use crate::handlers::Handlers;
 use crate::http::{self, AppState, Limits};
+use crate::operations::retention;
 use crate::providers::Registry;
 use crate::providers::clerk::Clerk;
 use crate::providers::paddle::Paddle;
 
+/// How often retention purges the archive.
+const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+
 /// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
 pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Result<()> {
     let providers = providers(&config)?;
+    let retention = config.retention.policy()?;
     let listener = TcpListener::bind(config.listen_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
     let db = Database::connect(database).await?;
-    db::MIGRATOR.run(&db.pool).await.context("applying migrations")?;
+    if config.no_migrate {
+        db::check_migrated(&db.pool).await?;
+    } else {
+        db::MIGRATOR.run(&db.pool).await.context("applying migrations")?;
+    }
 
     let state = AppState::new(
         db.pool.clone(),
         providers,
-        Handlers { price_credits: config.paddle_price_credits.clone() },
+        config.handlers.handlers(),
         Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
     );
     tracing::info!(
@@ -34,15 +43,31 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         enabled = ?state.providers.names(),
         "listening"
     );
+
+    // One signal stops both the server and the background work.
+    let stop = CancellationToken::new();
+    let retention = retention
+        .map(|policy| tokio::spawn(retention::run(db.pool.clone(), policy, RETENTION_EVERY, stop.clone())));
+    let shutdown = {
+        let stop = stop.clone();
+        async move {
+            shutdown_signal().await;
+            stop.cancel();
+        }
+    };
     http::serve(
         listener,
         http::app(state.clone()),
         state.tasks.clone(),
         config.request_read_timeout(),
-        shutdown_signal(),
+        shutdown,
         Duration::from_secs(config.shutdown_grace_secs),
     )
     .await;
+    if let Some(retention) = retention {
+        // A purge batch in progress finishes (it is short) before the pool closes.
+        let _ = retention.await;
+    }
     db.close().await;
     Ok(())
 }

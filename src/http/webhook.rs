@@ -119,6 +119,7 @@ async fn verify_and_deliver(
         signature: verified.signature,
         secret_index: Some(verified.secret_index),
         request_id,
+        reprocess_of: None,
     };
     let outcome = inbox::deliver(&state.pool, &state.handlers, &delivery).await?;
     Ok((outcome, event_id))

@@ -68,6 +68,15 @@ impl Provider for Clerk {
             data: envelope.data,
         })
     }
+
+    /// The event id is the `svix-id` header, which the archive keeps as `event_id`.
+    fn stored_headers(&self, event_id: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Ok(value) = event_id.parse() {
+            headers.insert("svix-id", value);
+        }
+        headers
+    }
 }
 
 /// The top level of a Clerk event body.

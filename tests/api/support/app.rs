@@ -20,6 +20,9 @@ use webhook_inbox::providers::paddle::Paddle;
 use super::database::TestDatabase;
 use super::signing::{CLERK_SECRETS, Delivery, PADDLE_SECRETS};
 
+/// The `PADDLE_PRICE_CREDITS` of every test app (and of the CLI's reprocess).
+pub const PRICE_CREDITS: &str = "pri_basic=100,pri_pro=500";
+
 /// What a test may change about the app.
 #[derive(Debug, Clone)]
 pub struct TestConfig {
@@ -100,6 +103,41 @@ impl TestApp {
         .await
     }
 
+    /// Makes every insert into `table` fail (a handler error an operator can
+    /// fix), until [`allow_inserts_into`](Self::allow_inserts_into).
+    pub async fn refuse_inserts_into(&self, table: &str) {
+        let sql = format!(
+            "CREATE FUNCTION refuse_{table}() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN RAISE EXCEPTION '{table} closed for maintenance'; END $$;
+             CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION refuse_{table}();"
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(self.pool()).await.unwrap();
+    }
+
+    /// Undoes [`refuse_inserts_into`](Self::refuse_inserts_into): the cause is fixed.
+    pub async fn allow_inserts_into(&self, table: &str) {
+        let sql = format!("DROP TRIGGER refuse_{table} ON {table}; DROP FUNCTION refuse_{table}();");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(self.pool()).await.unwrap();
+    }
+
+    /// Moves archive rows `id`s `days` into the past, as if archived then.
+    pub async fn age_rows(&self, ids: &[i64], days: i32) {
+        sqlx::query(
+            "UPDATE webhook_events SET created_at = now() - make_interval(days => $2) WHERE id = ANY($1)",
+        )
+        .bind(ids)
+        .bind(days)
+        .execute(self.pool())
+        .await
+        .unwrap();
+    }
+
+    /// Archive ids, in order of arrival.
+    pub async fn archive_ids(&self) -> Vec<i64> {
+        sqlx::query_scalar("SELECT id FROM webhook_events ORDER BY id").fetch_all(self.pool()).await.unwrap()
+    }
+
     /// `processing_status` of every archive row, in order of arrival.
     pub async fn archive_statuses(&self) -> Vec<String> {
         sqlx::query_scalar("SELECT processing_status FROM webhook_events ORDER BY id")
@@ -147,7 +185,7 @@ async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
     if !config.clerk_secrets.is_empty() {
         providers = providers.with(Clerk::new(&secrets(&config.clerk_secrets), 300).unwrap());
     }
-    let handlers = Handlers { price_credits: "pri_basic=100,pri_pro=500".parse().unwrap() };
+    let handlers = Handlers { price_credits: PRICE_CREDITS.parse().unwrap() };
     let limits = Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: Duration::from_secs(5) };
     AppState::new(pool, providers, handlers, limits)
 }

@@ -2,10 +2,12 @@
 //! signed requests.
 
 pub mod app;
+pub mod cli;
 pub mod database;
 pub mod signing;
 pub mod socket;
 
-pub use app::{TestApp, TestConfig};
+pub use app::{PRICE_CREDITS, TestApp, TestConfig};
+pub use cli::{binary, cli};
 pub use database::TestDatabase;
 pub use signing::*;
