@@ -77,6 +77,14 @@ pub struct ServeConfig {
     #[arg(long)]
     pub no_migrate: bool,
 
+    /// Bearer token of the admin API under /admin (at least 16 characters). Unset: /admin answers 404.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub admin_token: Option<SecretString>,
+
+    /// Bearer token GET /metrics requires. Unset: /metrics is open (keep it off the public internet).
+    #[arg(long, env = "METRICS_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub metrics_token: Option<SecretString>,
+
     /// How long archive rows are kept.
     #[command(flatten)]
     pub retention: RetentionConfig,

@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{DatabaseConfig, ServeConfig};
 use crate::db::{self, Database};
-use crate::http::{self, AppState, Limits};
+use crate::http::{self, AppState, BearerToken, Limits};
 use crate::operations::retention;
 use crate::providers::Registry;
 use crate::providers::clerk::Clerk;
@@ -32,15 +33,22 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         db::MIGRATOR.run(&db.pool).await.context("applying migrations")?;
     }
 
-    let state = AppState::new(
+    let mut state = AppState::new(
         db.pool.clone(),
         providers,
         config.handlers.handlers(),
         Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
     );
+    if let Some(token) = token(config.admin_token.as_ref(), "ADMIN_TOKEN")? {
+        state = state.with_admin_token(token);
+    }
+    if let Some(token) = token(config.metrics_token.as_ref(), "METRICS_TOKEN")? {
+        state = state.with_metrics_token(token);
+    }
     tracing::info!(
         addr = %listener.local_addr()?,
         enabled = ?state.providers.names(),
+        admin_api = state.admin_token.is_some(),
         "listening"
     );
 
@@ -70,6 +78,14 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     }
     db.close().await;
     Ok(())
+}
+
+/// A configured bearer token; unset or empty means the endpoint's default.
+fn token(secret: Option<&SecretString>, name: &str) -> anyhow::Result<Option<BearerToken>> {
+    match secret.filter(|secret| !secret.expose_secret().is_empty()) {
+        Some(secret) => Ok(Some(BearerToken::new(secret).context(name.to_string())?)),
+        None => Ok(None),
+    }
 }
 
 /// The providers with secrets configured; the others are logged as disabled.

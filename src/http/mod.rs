@@ -1,7 +1,10 @@
 //! HTTP: the routes, their answers, and the server around them.
 
+mod admin;
+mod auth;
 mod error;
 mod health;
+mod metrics;
 mod serve;
 mod webhook;
 
@@ -19,9 +22,11 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::handlers::Handlers;
+use crate::monitoring::Metrics;
 use crate::providers::Registry;
 use crate::providers::clerk::Clerk;
 use crate::providers::paddle::Paddle;
+pub use auth::{BearerToken, TokenTooShort};
 pub use error::ApiError;
 pub use serve::serve;
 
@@ -47,6 +52,12 @@ pub struct AppState {
     pub limits: Limits,
     /// Deliveries in flight, which shutdown waits for.
     pub tasks: TaskTracker,
+    /// What `GET /metrics` shows.
+    pub metrics: Arc<Metrics>,
+    /// The admin API's token; `None`: the whole `/admin` tree answers 404.
+    pub admin_token: Option<BearerToken>,
+    /// The token `GET /metrics` requires; `None`: open.
+    pub metrics_token: Option<BearerToken>,
 }
 
 impl AppState {
@@ -54,11 +65,26 @@ impl AppState {
     pub fn new(pool: PgPool, providers: Registry, handlers: Handlers, limits: Limits) -> Self {
         AppState {
             pool,
+            metrics: Metrics::new(&providers.names()),
             providers: Arc::new(providers),
             handlers: Arc::new(handlers),
             limits,
             tasks: TaskTracker::new(),
+            admin_token: None,
+            metrics_token: None,
         }
+    }
+
+    /// Turns the admin API on, behind `token`.
+    pub fn with_admin_token(mut self, token: BearerToken) -> Self {
+        self.admin_token = Some(token);
+        self
+    }
+
+    /// Puts `GET /metrics` behind `token`.
+    pub fn with_metrics_token(mut self, token: BearerToken) -> Self {
+        self.metrics_token = Some(token);
+        self
     }
 }
 
@@ -67,11 +93,16 @@ pub fn app(state: AppState) -> Router {
     let webhook = |provider: &'static str| {
         post(move |state: State<AppState>, request: Request| webhook::receive(state, provider, request))
     };
-    Router::new()
+    let mut router = Router::new()
         .route("/billing/webhook", webhook(Paddle::NAME))
         .route("/account/webhook", webhook(Clerk::NAME))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics));
+    if state.admin_token.is_some() {
+        router = router.nest("/admin", admin::router(state.clone()));
+    }
+    router
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -2,7 +2,7 @@
 //! transaction in a task of its own.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Body;
@@ -17,6 +17,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::event::EventError;
 use crate::inbox::{self, Delivery, Outcome};
+use crate::monitoring::ProviderMetrics;
 use crate::providers::Provider;
 
 /// Longest request id kept in the archive; longer client-sent ids are dropped.
@@ -28,18 +29,19 @@ pub async fn receive(
     provider_name: &'static str,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
+    let started = Instant::now();
     let span = Span::current();
     span.record("provider", provider_name);
-    let result = receive_inner(state, provider_name, request).await;
-    span.record(
-        "outcome",
-        match &result {
-            Ok((Outcome::Processed { .. }, _)) => "processed",
-            Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
-            Ok((Outcome::Failed { .. }, _)) => "failed",
-            Err(error) => error.outcome(),
-        },
-    );
+    let metrics = state.metrics.provider(provider_name);
+    let result = receive_inner(state, provider_name, metrics.clone(), request).await;
+    let outcome = match &result {
+        Ok((Outcome::Processed { .. }, _)) => "processed",
+        Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
+        Ok((Outcome::Failed { .. }, _)) => "failed",
+        Err(error) => error.outcome(),
+    };
+    span.record("outcome", outcome);
+    metrics.answered(outcome, started.elapsed());
     match result? {
         (Outcome::Processed { .. }, event_id) => {
             Ok(Json(json!({ "event_id": event_id, "status": "processed" })))
@@ -58,6 +60,7 @@ pub async fn receive(
 async fn receive_inner(
     state: AppState,
     provider_name: &'static str,
+    metrics: Arc<ProviderMetrics>,
     request: Request,
 ) -> Result<(Outcome, String), ApiError> {
     let provider = state
@@ -73,7 +76,7 @@ async fn receive_inner(
     // The tracker lets shutdown wait for it.
     let tasks = state.tasks.clone();
     let task = tasks.spawn(
-        async move { verify_and_deliver(&state, provider, &parts.headers, &body).await }
+        async move { verify_and_deliver(&state, provider, &metrics, &parts.headers, &body).await }
             .instrument(Span::current()),
     );
     task.await.map_err(|_| ApiError::Internal)?
@@ -97,6 +100,7 @@ async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<
 async fn verify_and_deliver(
     state: &AppState,
     provider: Arc<dyn Provider>,
+    metrics: &ProviderMetrics,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<(Outcome, String), ApiError> {
@@ -105,7 +109,9 @@ async fn verify_and_deliver(
     // request must not be able to write anything.
     let verified = provider.verify(headers, body, now).inspect_err(|reason| {
         tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
+        metrics.rejected(reason);
     })?;
+    metrics.verified();
     let payload = std::str::from_utf8(body).map_err(|_| EventError::NotJson)?;
     let event = provider.parse_event(headers, body)?;
     Span::current().record("event_id", event.id.as_ref());
@@ -122,5 +128,8 @@ async fn verify_and_deliver(
         reprocess_of: None,
     };
     let outcome = inbox::deliver(&state.pool, &state.handlers, &delivery).await?;
+    if let Outcome::Processed { .. } = outcome {
+        metrics.processed(delivery.event.occurred_at);
+    }
     Ok((outcome, event_id))
 }

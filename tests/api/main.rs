@@ -4,6 +4,7 @@
 
 mod support;
 
+mod admin_api;
 mod availability;
 mod bad_input;
 mod cli;
@@ -12,6 +13,7 @@ mod database_harness;
 mod delivery;
 mod events_cli;
 mod handler_failure;
+mod metrics;
 mod migrate;
 mod purge;
 mod reprocess;

@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
 use webhook_inbox::handlers::Handlers;
-use webhook_inbox::http::{AppState, Limits, app};
+use webhook_inbox::http::{AppState, BearerToken, Limits, app};
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::clerk::Clerk;
 use webhook_inbox::providers::paddle::Paddle;
@@ -30,6 +30,10 @@ pub struct TestConfig {
     pub clerk_secrets: Vec<&'static str>,
     pub max_body_bytes: usize,
     pub lock_timeout: Duration,
+    /// `ADMIN_TOKEN`; `None`: the admin API is off.
+    pub admin_token: Option<&'static str>,
+    /// `METRICS_TOKEN`; `None`: /metrics is open.
+    pub metrics_token: Option<&'static str>,
 }
 
 impl Default for TestConfig {
@@ -39,6 +43,8 @@ impl Default for TestConfig {
             clerk_secrets: CLERK_SECRETS.to_vec(),
             max_body_bytes: 64 * 1024,
             lock_timeout: Duration::from_secs(10),
+            admin_token: None,
+            metrics_token: None,
         }
     }
 }
@@ -86,6 +92,30 @@ impl TestApp {
     /// Sends one delivery and reads the answer.
     pub async fn send(&self, delivery: &Delivery) -> Answer {
         send(&self.router, delivery).await
+    }
+
+    /// Sends any request and reads the answer.
+    pub async fn request(&self, request: Request<Body>) -> Answer {
+        request_to(&self.router, request).await
+    }
+
+    /// `GET path`, with `Authorization: Bearer <token>` when given.
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Answer {
+        self.request(authorized(Request::get(path), token).body(Body::empty()).unwrap()).await
+    }
+
+    /// `POST path` with a JSON body, with `Authorization: Bearer <token>` when given.
+    pub async fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> Answer {
+        let request = authorized(Request::post(path), token).header("content-type", "application/json");
+        self.request(request.body(Body::from(body.to_string())).unwrap()).await
+    }
+
+    /// `GET /metrics` as text.
+    pub async fn metrics(&self) -> String {
+        let response =
+            self.router.clone().oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
     }
 
     /// Runs a `SELECT count(*) ...` and returns the count.
@@ -153,13 +183,24 @@ pub async fn send(router: &Router, delivery: &Delivery) -> Answer {
     for (name, value) in &delivery.headers {
         request = request.header(name, value);
     }
-    let request = request.body(Body::from(delivery.body.clone())).unwrap();
+    request_to(router, request.body(Body::from(delivery.body.clone())).unwrap()).await
+}
+
+/// Sends `request` to `router` in-process; the body is read as JSON (`Null` if it is not).
+pub async fn request_to(router: &Router, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     Answer { status, headers, body }
+}
+
+fn authorized(request: axum::http::request::Builder, token: Option<&str>) -> axum::http::request::Builder {
+    match token {
+        Some(token) => request.header("authorization", format!("Bearer {token}")),
+        None => request,
+    }
 }
 
 /// Logs are silent unless `TEST_LOG` is set (then `RUST_LOG` filters them).
@@ -187,5 +228,13 @@ async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
     }
     let handlers = Handlers { price_credits: PRICE_CREDITS.parse().unwrap() };
     let limits = Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: Duration::from_secs(5) };
-    AppState::new(pool, providers, handlers, limits)
+    let mut state = AppState::new(pool, providers, handlers, limits);
+    let token = |token: &str| BearerToken::new(&SecretString::from(token)).unwrap();
+    if let Some(admin) = config.admin_token {
+        state = state.with_admin_token(token(admin));
+    }
+    if let Some(metrics) = config.metrics_token {
+        state = state.with_metrics_token(token(metrics));
+    }
+    state
 }
