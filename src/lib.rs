@@ -20,6 +20,8 @@ pub mod inbox;
 pub mod monitoring;
 /// What operators do with the archive: list, show, reprocess, purge.
 pub mod operations;
+/// Effects that leave the database: emails enqueued by handlers, sent by a worker.
+pub mod outbox;
 /// Signature verification and event extraction, one module per provider.
 pub mod providers;
 /// Log output.

@@ -23,9 +23,7 @@ use tracing::Level;
 
 use crate::handlers::Handlers;
 use crate::monitoring::Metrics;
-use crate::providers::Registry;
-use crate::providers::clerk::Clerk;
-use crate::providers::paddle::Paddle;
+use crate::providers::{self, Registry};
 pub use auth::{BearerToken, TokenTooShort};
 pub use error::ApiError;
 pub use serve::serve;
@@ -90,12 +88,19 @@ impl AppState {
 
 /// The service's routes. Tests drive this in-process; `serve` puts it on a socket.
 pub fn app(state: AppState) -> Router {
-    let webhook = |provider: &'static str| {
-        post(move |state: State<AppState>, request: Request| webhook::receive(state, provider, request))
-    };
-    let mut router = Router::new()
-        .route("/billing/webhook", webhook(Paddle::NAME))
-        .route("/account/webhook", webhook(Clerk::NAME))
+    // Every provider at `/webhooks/{name}`, the built-in ones also at their
+    // aliases. Whether a provider is enabled is decided per request: one
+    // without a secret answers 503, a name nobody configured 404.
+    let mut router = Router::new().route("/webhooks/{name}", post(webhook::receive_named));
+    for spec in providers::BUILT_IN {
+        let name = spec.name;
+        for alias in spec.aliases {
+            let receive =
+                move |state: State<AppState>, request: Request| webhook::receive(state, name, request);
+            router = router.route(alias, post(receive));
+        }
+    }
+    router = router
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics));

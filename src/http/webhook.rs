@@ -6,7 +6,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -18,30 +19,43 @@ use super::error::ApiError;
 use crate::event::EventError;
 use crate::inbox::{self, Delivery, Outcome};
 use crate::monitoring::ProviderMetrics;
-use crate::providers::Provider;
+use crate::providers::{self, Provider};
 
 /// Longest request id kept in the archive; longer client-sent ids are dropped.
 const MAX_REQUEST_ID_LEN: usize = 128;
 
+/// `POST /webhooks/{name}`: receives one delivery for the provider called `name`.
+pub async fn receive_named(
+    state: State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let Ok(Path(name)) = name else { return Err(ApiError::NotFound) };
+    receive(state, &name, request).await
+}
+
 /// Receives one delivery for the provider called `provider_name`.
 pub async fn receive(
     State(state): State<AppState>,
-    provider_name: &'static str,
+    provider_name: &str,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let started = Instant::now();
-    let span = Span::current();
-    span.record("provider", provider_name);
-    let metrics = state.metrics.provider(provider_name);
-    let result = receive_inner(state, provider_name, metrics.clone(), request).await;
+    // Counted under names that exist only: a path anyone can type must not
+    // create metric series.
+    let metrics = (state.providers.get(provider_name).is_some() || providers::is_built_in(provider_name))
+        .then(|| state.metrics.provider(provider_name));
+    let result = receive_inner(state, provider_name, request).await;
     let outcome = match &result {
         Ok((Outcome::Processed { .. }, _)) => "processed",
         Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
         Ok((Outcome::Failed { .. }, _)) => "failed",
         Err(error) => error.outcome(),
     };
-    span.record("outcome", outcome);
-    metrics.answered(outcome, started.elapsed());
+    Span::current().record("outcome", outcome);
+    if let Some(metrics) = metrics {
+        metrics.answered(outcome, started.elapsed());
+    }
     match result? {
         (Outcome::Processed { .. }, event_id) => {
             Ok(Json(json!({ "event_id": event_id, "status": "processed" })))
@@ -59,15 +73,18 @@ pub async fn receive(
 
 async fn receive_inner(
     state: AppState,
-    provider_name: &'static str,
-    metrics: Arc<ProviderMetrics>,
+    provider_name: &str,
     request: Request,
 ) -> Result<(Outcome, String), ApiError> {
-    let provider = state
-        .providers
-        .get(provider_name)
-        .cloned()
-        .ok_or_else(|| ApiError::ProviderDisabled(provider_name.to_string()))?;
+    let provider = match state.providers.get(provider_name) {
+        Some(provider) => provider.clone(),
+        None if providers::is_built_in(provider_name) => {
+            Span::current().record("provider", provider_name);
+            return Err(ApiError::ProviderDisabled(provider_name.to_string()));
+        }
+        None => return Err(ApiError::NotFound),
+    };
+    Span::current().record("provider", provider.name());
     let (parts, body) = request.into_parts();
     let body = read_body(&parts.headers, body, &state).await?;
 
@@ -75,6 +92,7 @@ async fn receive_inner(
     // cancel it half way: the transaction commits or rolls back as a whole.
     // The tracker lets shutdown wait for it.
     let tasks = state.tasks.clone();
+    let metrics = state.metrics.provider(provider.name());
     let task = tasks.spawn(
         async move { verify_and_deliver(&state, provider, &metrics, &parts.headers, &body).await }
             .instrument(Span::current()),

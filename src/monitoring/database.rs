@@ -1,6 +1,6 @@
 //! Gauges read from the database when `/metrics` is scraped. This is the one
-//! place for database-backed gauges: add a column to the query and a gauge
-//! here (the outbox's pending and dead messages belong here too).
+//! place for database-backed gauges: to add one, add a column to the query
+//! and a gauge here.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +10,7 @@ use sqlx::PgPool;
 
 pub(super) const FAILED_24H: &str = "webhook_failed_deliveries_24h";
 pub(super) const OLDEST_FAILURE: &str = "webhook_oldest_unapplied_failure_age_seconds";
+pub(super) const OUTBOX: &str = "webhook_outbox_emails";
 pub(super) const QUERY_OK: &str = "webhook_metrics_database_query_ok";
 pub(super) const POOL_CONNECTIONS: &str = "webhook_db_pool_connections";
 pub(super) const POOL_MAX: &str = "webhook_db_pool_max_connections";
@@ -25,6 +26,8 @@ const QUERY_EVERY: Duration = Duration::from_secs(10);
 pub(super) struct DatabaseGauges {
     failed_24h: Gauge,
     oldest_failure: Gauge,
+    outbox_pending: Gauge,
+    outbox_dead: Gauge,
     query_ok: Gauge,
     pool_idle: Gauge,
     pool_in_use: Gauge,
@@ -36,15 +39,17 @@ impl DatabaseGauges {
     pub(super) fn register(recorder: &PrometheusRecorder) -> Self {
         const METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
         let gauge = |key: Key| recorder.register_gauge(&key, &METADATA);
-        let pool = |state: &'static str| {
-            gauge(Key::from_parts(POOL_CONNECTIONS, vec![Label::from_static_parts("state", state)]))
+        let labelled = |name: &'static str, state: &'static str| {
+            gauge(Key::from_parts(name, vec![Label::from_static_parts("state", state)]))
         };
         DatabaseGauges {
             failed_24h: gauge(Key::from_static_name(FAILED_24H)),
             oldest_failure: gauge(Key::from_static_name(OLDEST_FAILURE)),
+            outbox_pending: labelled(OUTBOX, "pending"),
+            outbox_dead: labelled(OUTBOX, "dead"),
             query_ok: gauge(Key::from_static_name(QUERY_OK)),
-            pool_idle: pool("idle"),
-            pool_in_use: pool("in_use"),
+            pool_idle: labelled(POOL_CONNECTIONS, "idle"),
+            pool_in_use: labelled(POOL_CONNECTIONS, "in_use"),
             pool_max: gauge(Key::from_static_name(POOL_MAX)),
             last_query: tokio::sync::Mutex::new(None),
         }
@@ -64,9 +69,11 @@ impl DatabaseGauges {
             return;
         }
         match tokio::time::timeout(QUERY_TIMEOUT, query(pool)).await {
-            Ok(Ok((failed_24h, oldest_failure))) => {
+            Ok(Ok(Row { failed_24h, oldest_failure, outbox_pending, outbox_dead })) => {
                 self.failed_24h.set(failed_24h as f64);
                 self.oldest_failure.set(oldest_failure);
+                self.outbox_pending.set(outbox_pending as f64);
+                self.outbox_dead.set(outbox_dead as f64);
                 self.query_ok.set(1);
                 *last_query = Some(Instant::now());
             }
@@ -82,23 +89,37 @@ impl DatabaseGauges {
     }
 }
 
-/// FAILED deliveries archived in the last 24 hours, and the age in seconds
-/// of the oldest FAILED delivery whose event has not been applied since (0
-/// when there is none): the failures still waiting for someone.
-///
-/// Both walk only the partial index on FAILED rows; the second stops at the
-/// first unapplied one, checking each against the dedup table's unique index.
-async fn query(pool: &PgPool) -> sqlx::Result<(i64, f64)> {
+/// What the query reads.
+#[derive(sqlx::FromRow)]
+struct Row {
+    /// FAILED deliveries archived in the last 24 hours.
+    failed_24h: i64,
+    /// Age in seconds of the oldest FAILED delivery whose event has not
+    /// been applied since (0 when there is none): the failures still
+    /// waiting for someone.
+    oldest_failure: f64,
+    /// Emails waiting to be sent (or retried).
+    outbox_pending: i64,
+    /// Emails given up after their last attempt.
+    outbox_dead: i64,
+}
+
+/// One round trip. Every part reads a partial index only: the FAILED rows
+/// (the oldest-failure walk stops at the first unapplied one, checking each
+/// against the dedup table's unique index), the pending and dead emails.
+async fn query(pool: &PgPool) -> sqlx::Result<Row> {
     sqlx::query_as(
         "SELECT
              (SELECT count(*) FROM webhook_events
-              WHERE processing_status = 'FAILED' AND created_at > now() - interval '1 day'),
+              WHERE processing_status = 'FAILED' AND created_at > now() - interval '1 day') AS failed_24h,
              coalesce((SELECT extract(epoch FROM now() - w.created_at)::float8
                        FROM webhook_events w
                        WHERE w.processing_status = 'FAILED'
                          AND NOT EXISTS (SELECT FROM processed_webhook_events p
                                          WHERE p.provider = w.provider AND p.event_id = w.event_id)
-                       ORDER BY w.created_at LIMIT 1), 0)",
+                       ORDER BY w.created_at LIMIT 1), 0) AS oldest_failure,
+             (SELECT count(*) FROM outbox WHERE status = 'pending') AS outbox_pending,
+             (SELECT count(*) FROM outbox WHERE status = 'dead') AS outbox_dead",
     )
     .fetch_one(pool)
     .await

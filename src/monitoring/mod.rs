@@ -129,6 +129,11 @@ fn describe(recorder: &PrometheusRecorder) {
         Some(Unit::Seconds),
         "Age of the oldest FAILED delivery whose event has not been applied since (0: none).",
     );
+    describe(
+        OUTBOX,
+        None,
+        "Outbox emails by state: pending (waiting to be sent or retried), dead (given up).",
+    );
     describe(QUERY_OK, None, "1 when the last database query for these gauges succeeded.");
     describe(POOL_CONNECTIONS, None, "Open database connections, idle or in use.");
     describe(POOL_MAX, None, "The database pool's maximum size.");

@@ -9,7 +9,7 @@ use tracing::{Span, instrument};
 use crate::event::EventError;
 use crate::handlers::Handlers;
 use crate::inbox::{self, Delivery, InboxError, Outcome};
-use crate::providers::Registry;
+use crate::providers;
 
 /// Why a row could not be reprocessed; nothing was written.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +79,7 @@ impl Summary {
 struct Stored {
     provider: String,
     event_id: String,
+    event_type: String,
     payload: String,
     signature: String,
     secret_index: Option<i16>,
@@ -102,7 +103,7 @@ pub async fn reprocess(
     // The fields a delivery's request span has, so logs read alike.
     Span::current().record("request_id", request_id);
     let stored: Stored = sqlx::query_as(
-        "SELECT provider, event_id, payload::text AS payload, signature, secret_index
+        "SELECT provider, event_id, event_type, payload::text AS payload, signature, secret_index
          FROM webhook_events WHERE id = $1",
     )
     .bind(archive_id)
@@ -111,11 +112,9 @@ pub async fn reprocess(
     .ok_or(ReprocessError::NotFound(archive_id))?;
     Span::current().record("provider", stored.provider.as_str()).record("event_id", stored.event_id.as_str());
 
-    let readers = Registry::for_reading();
-    let provider = readers
-        .get(&stored.provider)
+    let provider = providers::reader(&stored.provider)
         .ok_or_else(|| ReprocessError::UnknownProvider(stored.provider.clone()))?;
-    let headers = provider.stored_headers(&stored.event_id);
+    let headers = provider.stored_headers(&stored.event_id, &stored.event_type);
     let event = provider.parse_event(&headers, stored.payload.as_bytes())?;
     let delivery = Delivery {
         provider: provider.name(),

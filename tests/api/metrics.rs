@@ -44,8 +44,12 @@ async fn delivery_counters_move_by_provider_and_outcome() {
         .await;
     app.send(&paddle(&serde_json::json!({ "no": "event id" }))).await;
     app.send(&clerk("msg_01", &user_created("user_01"))).await;
+    let mut unknown = paddle(&subscription_created("evt_04", "sub_04"));
+    unknown.path = "/webhooks/nobody".into();
+    assert_eq!(app.send(&unknown).await.status, StatusCode::NOT_FOUND);
 
     let after = app.metrics().await;
+    assert!(!after.contains("nobody"), "a name nobody configured creates no series");
     assert_eq!(deliveries(&after, "paddle", "processed"), 1.0);
     assert_eq!(deliveries(&after, "paddle", "duplicate"), 1.0);
     assert_eq!(deliveries(&after, "paddle", "failed"), 1.0);
@@ -117,12 +121,21 @@ async fn database_gauges_show_recent_failures_the_oldest_unapplied_one_and_the_p
         .await
         .unwrap();
     app.age_rows(&ids[..1], 2).await;
+    // Two welcome emails waiting, one of which is given up.
+    app.send(&clerk("msg_01", &user_created("user_01"))).await;
+    app.send(&clerk("msg_02", &user_created("user_02"))).await;
+    sqlx::query("UPDATE outbox SET status = 'dead' WHERE user_id = 'user_02'")
+        .execute(app.pool())
+        .await
+        .unwrap();
 
     let metrics = app.metrics().await;
 
     assert_eq!(sample(&metrics, "webhook_failed_deliveries_24h", &[]), 2.0, "{metrics}");
     let oldest = sample(&metrics, "webhook_oldest_unapplied_failure_age_seconds", &[]);
     assert!((2.0 * 86400.0..2.0 * 86400.0 + 600.0).contains(&oldest), "{oldest}");
+    assert_eq!(sample(&metrics, "webhook_outbox_emails", &["state=\"pending\""]), 1.0, "{metrics}");
+    assert_eq!(sample(&metrics, "webhook_outbox_emails", &["state=\"dead\""]), 1.0, "{metrics}");
     assert_eq!(sample(&metrics, "webhook_metrics_database_query_ok", &[]), 1.0);
     assert_eq!(sample(&metrics, "webhook_db_pool_max_connections", &[]), 8.0);
     assert!(sample(&metrics, "webhook_db_pool_connections", &["state=\"idle\""]) >= 1.0, "{metrics}");

@@ -174,3 +174,26 @@ async fn reprocess_needs_an_id_or_filters_but_not_both() {
     let unknown = cli(&app.db, &["events", "reprocess", "42"]).await;
     assert_eq!(unknown.error.as_deref(), Some("archived event 42 not found"));
 }
+
+#[tokio::test]
+async fn every_provider_s_stored_deliveries_read_back_under_their_own_id_and_type() {
+    let app = TestApp::spawn().await;
+    app.send(&github("d-1", "issues", &issue_opened())).await;
+    app.send(&standard(STANDARD_SENDER, "msg_acme", &standard_event("invoice.paid"))).await;
+    app.send(&stripe(&stripe_event("evt_stripe", "invoice.paid"))).await;
+    app.send(&clerk("msg_clerk", &json!({ "type": "session.created", "data": {} }))).await;
+    let applied = "SELECT provider, event_id, event_type FROM processed_webhook_events ORDER BY provider";
+    let events: Vec<(String, String, String)> = sqlx::query_as(applied).fetch_all(app.pool()).await.unwrap();
+    assert_eq!(events.len(), 4);
+    // As if none had been applied: each is reprocessed, and must be recorded
+    // under the id and type it arrived with.
+    sqlx::query("DELETE FROM processed_webhook_events").execute(app.pool()).await.unwrap();
+
+    let results =
+        cli(&app.db, &["events", "reprocess", "--status", "PROCESSED", "--json"]).await.json_lines();
+
+    assert_eq!(results.last().unwrap(), &json!({ "summary": { "processed": 4, "skipped": 0, "failed": 0 } }));
+    let reread: Vec<(String, String, String)> = sqlx::query_as(applied).fetch_all(app.pool()).await.unwrap();
+    assert_eq!(reread, events);
+    assert!(events.contains(&("github".into(), "d-1".into(), "issues.opened".into())), "{events:?}");
+}

@@ -1,24 +1,25 @@
 //! An app on a fresh database, driven in-process with `Router::oneshot`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use secrecy::SecretString;
 use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
 use webhook_inbox::handlers::Handlers;
 use webhook_inbox::http::{AppState, BearerToken, Limits, app};
-use webhook_inbox::providers::Registry;
-use webhook_inbox::providers::clerk::Clerk;
-use webhook_inbox::providers::paddle::Paddle;
+use webhook_inbox::providers::{ProviderConfig, Registry};
 
 use super::database::TestDatabase;
-use super::signing::{CLERK_SECRETS, Delivery, PADDLE_SECRETS};
+use super::signing::{
+    CLERK_SECRETS, Delivery, GITHUB_SECRETS, PADDLE_SECRETS, STANDARD_SECRETS, STANDARD_SENDER,
+    STRIPE_SECRETS,
+};
 
 /// The `PADDLE_PRICE_CREDITS` of every test app (and of the CLI's reprocess).
 pub const PRICE_CREDITS: &str = "pri_basic=100,pri_pro=500";
@@ -26,8 +27,10 @@ pub const PRICE_CREDITS: &str = "pri_basic=100,pri_pro=500";
 /// What a test may change about the app.
 #[derive(Debug, Clone)]
 pub struct TestConfig {
-    pub paddle_secrets: Vec<&'static str>,
-    pub clerk_secrets: Vec<&'static str>,
+    /// Each built-in provider's secrets, by name; a provider left out is disabled.
+    pub secrets: BTreeMap<&'static str, Vec<&'static str>>,
+    /// `STANDARD_WEBHOOKS`, as the variable would hold it.
+    pub standard_webhooks: String,
     pub max_body_bytes: usize,
     pub lock_timeout: Duration,
     /// `ADMIN_TOKEN`; `None`: the admin API is off.
@@ -38,14 +41,28 @@ pub struct TestConfig {
 
 impl Default for TestConfig {
     fn default() -> Self {
+        let [first, second] = STANDARD_SECRETS;
         TestConfig {
-            paddle_secrets: PADDLE_SECRETS.to_vec(),
-            clerk_secrets: CLERK_SECRETS.to_vec(),
+            secrets: BTreeMap::from([
+                ("paddle", PADDLE_SECRETS.to_vec()),
+                ("clerk", CLERK_SECRETS.to_vec()),
+                ("stripe", STRIPE_SECRETS.to_vec()),
+                ("github", GITHUB_SECRETS.to_vec()),
+            ]),
+            standard_webhooks: format!("{STANDARD_SENDER}={first},{STANDARD_SENDER}={second}"),
             max_body_bytes: 64 * 1024,
             lock_timeout: Duration::from_secs(10),
             admin_token: None,
             metrics_token: None,
         }
+    }
+}
+
+impl TestConfig {
+    /// This configuration without the built-in provider `name`'s secrets.
+    pub fn without(mut self, name: &str) -> Self {
+        self.secrets.remove(name);
+        self
     }
 }
 
@@ -128,7 +145,7 @@ impl TestApp {
         self.count(
             "SELECT (SELECT count(*) FROM webhook_events) + (SELECT count(*) FROM processed_webhook_events)
                   + (SELECT count(*) FROM subscriptions) + (SELECT count(*) FROM credit_grants)
-                  + (SELECT count(*) FROM users)",
+                  + (SELECT count(*) FROM users) + (SELECT count(*) FROM outbox)",
         )
         .await
     }
@@ -179,7 +196,7 @@ impl TestApp {
 
 /// Sends `delivery` to `router` in-process.
 pub async fn send(router: &Router, delivery: &Delivery) -> Answer {
-    let mut request = Request::post(delivery.path);
+    let mut request = Request::post(&delivery.path);
     for (name, value) in &delivery.headers {
         request = request.header(name, value);
     }
@@ -218,18 +235,16 @@ fn init_logs() {
 async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
     let options = webhook_inbox::db::session_options(db.connect_options(), config.lock_timeout);
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
-    let secrets = |list: &[&str]| list.iter().map(|s| SecretString::from(*s)).collect::<Vec<_>>();
-    let mut providers = Registry::default();
-    if !config.paddle_secrets.is_empty() {
-        providers = providers.with(Paddle::new(&secrets(&config.paddle_secrets), 300));
-    }
-    if !config.clerk_secrets.is_empty() {
-        providers = providers.with(Clerk::new(&secrets(&config.clerk_secrets), 300).unwrap());
-    }
+    // The configuration goes through the same parsing and building as `serve`'s.
+    let providers = ProviderConfig {
+        secrets: config.secrets.iter().map(|(name, list)| (*name, list.join(",").parse().unwrap())).collect(),
+        standard_webhooks: config.standard_webhooks.parse().unwrap(),
+    };
+    let providers = Registry::configure(&providers, 300).unwrap();
     let handlers = Handlers { price_credits: PRICE_CREDITS.parse().unwrap() };
     let limits = Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: Duration::from_secs(5) };
     let mut state = AppState::new(pool, providers, handlers, limits);
-    let token = |token: &str| BearerToken::new(&SecretString::from(token)).unwrap();
+    let token = |token: &str| BearerToken::new(&secrecy::SecretString::from(token)).unwrap();
     if let Some(admin) = config.admin_token {
         state = state.with_admin_token(token(admin));
     }

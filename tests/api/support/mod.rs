@@ -4,10 +4,14 @@
 pub mod app;
 pub mod cli;
 pub mod database;
+pub mod events;
+pub mod outbox;
 pub mod signing;
+pub mod smtp;
 pub mod socket;
 
 pub use app::{PRICE_CREDITS, TestApp, TestConfig};
 pub use cli::{binary, cli};
 pub use database::TestDatabase;
 pub use signing::*;
+pub use smtp::SmtpServer;
