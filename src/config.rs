@@ -86,6 +86,7 @@ pub struct ServeConfig {
     /// How long archive rows are kept.
     #[command(flatten)]
     pub retention: RetentionConfig,
+
     /// The outbox worker and its SMTP server.
     #[command(flatten)]
     pub outbox: OutboxConfig,
@@ -155,8 +156,12 @@ pub struct HandlersConfig {
 }
 
 impl HandlersConfig {
-    /// The handlers, configured.
+    /// The handlers, configured. Warns when no price grants credits: an
+    /// event applied then (reprocessed ones too) is never credited later.
     pub fn handlers(&self) -> Handlers {
+        if self.paddle_price_credits.is_empty() {
+            tracing::warn!("PADDLE_PRICE_CREDITS is empty: Paddle events applied now grant no credits");
+        }
         Handlers { price_credits: self.paddle_price_credits.clone() }
     }
 }

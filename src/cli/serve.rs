@@ -23,14 +23,20 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     let providers = Registry::configure(&config.providers, config.signature_tolerance_secs)?;
     let mailer = mailer(&config.outbox)?;
     let retention = config.retention.policy()?;
+    let admin_token = token(config.admin_token.as_ref(), "ADMIN_TOKEN")?;
+    let metrics_token = token(config.metrics_token.as_ref(), "METRICS_TOKEN")?;
     let listener = TcpListener::bind(config.listen_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
     let db = Database::connect(database).await?;
-    if config.no_migrate {
-        db::check_migrated(&db.pool).await?;
-    } else {
-        db::MIGRATOR.run(&db.pool).await.context("applying migrations")?;
+    let migrated = match config.no_migrate {
+        true => db::check_migrated(&db.pool).await,
+        false => db::MIGRATOR.run(&db.pool).await.context("applying migrations"),
+    };
+    if let Err(error) = migrated {
+        // Stops an embedded server before giving up, rather than orphan it.
+        db.close().await;
+        return Err(error);
     }
     let poll_interval = Duration::from_millis(config.outbox.outbox_poll_interval_ms);
     let worker = mailer
@@ -42,10 +48,10 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         config.handlers.handlers(),
         Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
     );
-    if let Some(token) = token(config.admin_token.as_ref(), "ADMIN_TOKEN")? {
+    if let Some(token) = admin_token {
         state = state.with_admin_token(token);
     }
-    if let Some(token) = token(config.metrics_token.as_ref(), "METRICS_TOKEN")? {
+    if let Some(token) = metrics_token {
         state = state.with_metrics_token(token);
     }
     tracing::info!(

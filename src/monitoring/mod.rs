@@ -16,7 +16,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, 
 use sqlx::PgPool;
 
 use database::DatabaseGauges;
-pub use deliveries::{OUTCOMES, ProviderMetrics};
+pub use deliveries::ProviderMetrics;
 
 /// How often recorded histogram samples are folded into their buckets when
 /// nobody scrapes (scrapes do it too), so memory stays bounded.
@@ -107,7 +107,8 @@ fn spawn_upkeep(metrics: &Arc<Metrics>) {
     });
 }
 
-/// The `# HELP` lines.
+/// The `# HELP` lines. (This recorder treats the three `describe_*` alike:
+/// a description is per name, whatever the kind.)
 fn describe(recorder: &PrometheusRecorder) {
     use database::*;
     use deliveries::*;

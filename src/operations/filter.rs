@@ -48,12 +48,6 @@ impl FromStr for Status {
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Conditions on archive rows; every one given must hold. Command-line
 /// flags for the CLI, query parameters or JSON fields for the admin API.
 #[derive(Debug, Clone, Default, Args, Deserialize)]
