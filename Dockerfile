@@ -5,6 +5,7 @@ COPY Cargo.toml Cargo.lock ./
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && cargo build --release --locked && rm -rf src
 COPY migrations migrations
+COPY templates templates
 COPY src src
 # Cargo compares mtimes: make sure the real sources are newer than the stub.
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked

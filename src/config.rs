@@ -10,7 +10,11 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use secrecy::SecretString;
 
+use crate::handlers::Handlers;
 use crate::handlers::billing::PriceCredits;
+use crate::operations::{Age, RetentionPolicy};
+use crate::outbox::Retry;
+use crate::providers::ProviderConfig;
 
 /// Where the database is and how the pool uses it. Shared by every subcommand.
 #[derive(Debug, Clone, Args)]
@@ -43,13 +47,9 @@ pub struct ServeConfig {
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen_addr: SocketAddr,
 
-    /// Paddle notification secret keys, comma-separated (several during rotation). Unset: the Paddle route answers 503.
-    #[arg(long, env = "PADDLE_WEBHOOK_SECRET", hide_env_values = true, default_value = "")]
-    pub paddle_webhook_secret: SecretList,
-
-    /// Clerk (Svix) signing secrets `whsec_...`, comma-separated. Unset: the Clerk route answers 503.
-    #[arg(long, env = "CLERK_WEBHOOK_SECRET", hide_env_values = true, default_value = "")]
-    pub clerk_webhook_secret: SecretList,
+    /// Each provider's secrets: `--{name}-webhook-secret` (`{NAME}_WEBHOOK_SECRET`) and `STANDARD_WEBHOOKS`.
+    #[command(flatten)]
+    pub providers: ProviderConfig,
 
     /// Largest accepted difference, into the past or the future, between a signature's timestamp and now.
     #[arg(long, env = "SIGNATURE_TOLERANCE_SECS", default_value_t = 300)]
@@ -63,19 +63,136 @@ pub struct ServeConfig {
     #[arg(long, env = "REQUEST_READ_TIMEOUT_SECS", default_value_t = 10)]
     pub request_read_timeout_secs: u64,
 
-    /// Credits per unit of each Paddle price, e.g. `pri_a=100,pri_b=500`.
-    #[arg(long, env = "PADDLE_PRICE_CREDITS", default_value = "")]
-    pub paddle_price_credits: PriceCredits,
+    /// What the event handlers need.
+    #[command(flatten)]
+    pub handlers: HandlersConfig,
 
     /// On SIGTERM or Ctrl-C, how long in-flight deliveries get to finish before the process exits.
     #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 25)]
     pub shutdown_grace_secs: u64,
+
+    /// Skip applying migrations at startup (run `webhook-inbox migrate` as a deploy step instead); the schema is still checked.
+    #[arg(long)]
+    pub no_migrate: bool,
+
+    /// Bearer token of the admin API under /admin (at least 16 characters). Unset: /admin answers 404.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub admin_token: Option<SecretString>,
+
+    /// Bearer token GET /metrics requires. Unset: /metrics is open (keep it off the public internet).
+    #[arg(long, env = "METRICS_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub metrics_token: Option<SecretString>,
+
+    /// How long archive rows are kept.
+    #[command(flatten)]
+    pub retention: RetentionConfig,
+
+    /// The outbox worker and its SMTP server.
+    #[command(flatten)]
+    pub outbox: OutboxConfig,
+}
+
+/// How the outbox worker sends email.
+#[derive(Debug, Clone, Args)]
+pub struct OutboxConfig {
+    /// SMTP server: `smtp://host:2525` (plain), `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host:465`. Unset or empty: the worker is off and emails wait in the outbox.
+    #[arg(long, env = "SMTP_URL", hide_env_values = true, value_parser = parse_secret)]
+    pub smtp_url: Option<SecretString>,
+
+    /// Sender of every email, e.g. `Acme <noreply@acme.example>`; the Message-ID domain too. Required with SMTP_URL.
+    #[arg(long, env = "SMTP_FROM")]
+    pub smtp_from: Option<String>,
+
+    /// Longest one email may take to send, connection included, before it counts as failed.
+    #[arg(long, env = "SMTP_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub smtp_timeout_secs: u64,
+
+    /// Directory whose `welcome.subject`, `welcome.txt`, `welcome.html`, `downgrade.*` files replace the built-in templates.
+    #[arg(long, env = "EMAIL_TEMPLATES_DIR")]
+    pub email_templates_dir: Option<PathBuf>,
+
+    /// Attempts per email, the first included; then the outbox row is marked dead.
+    #[arg(long, env = "OUTBOX_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub outbox_max_attempts: u32,
+
+    /// Delay before retrying a failed email; it doubles after each failure.
+    #[arg(long, env = "OUTBOX_BACKOFF_BASE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub outbox_backoff_base_secs: u64,
+
+    /// Longest delay between two attempts.
+    #[arg(long, env = "OUTBOX_BACKOFF_CAP_SECS", default_value_t = 3600)]
+    pub outbox_backoff_cap_secs: u64,
+
+    /// How often an idle worker looks for due emails.
+    #[arg(long, env = "OUTBOX_POLL_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub outbox_poll_interval_ms: u64,
+}
+
+impl OutboxConfig {
+    /// The retry policy.
+    pub fn retry(&self) -> Retry {
+        Retry {
+            max_attempts: self.outbox_max_attempts,
+            base: Duration::from_secs(self.outbox_backoff_base_secs),
+            cap: Duration::from_secs(self.outbox_backoff_cap_secs),
+        }
+    }
 }
 
 impl ServeConfig {
     /// The body and header read timeout.
     pub fn request_read_timeout(&self) -> Duration {
         Duration::from_secs(self.request_read_timeout_secs)
+    }
+}
+
+/// What the event handlers need beyond the event; shared by `serve` and
+/// `events reprocess`, which run the same handlers.
+#[derive(Debug, Clone, Args)]
+pub struct HandlersConfig {
+    /// Credits per unit of each Paddle price, e.g. `pri_a=100,pri_b=500`.
+    #[arg(long, env = "PADDLE_PRICE_CREDITS", default_value = "")]
+    pub paddle_price_credits: PriceCredits,
+}
+
+impl HandlersConfig {
+    /// The handlers, configured. Warns when no price grants credits: an
+    /// event applied then (reprocessed ones too) is never credited later.
+    pub fn handlers(&self) -> Handlers {
+        if self.paddle_price_credits.is_empty() {
+            tracing::warn!("PADDLE_PRICE_CREDITS is empty: Paddle events applied now grant no credits");
+        }
+        Handlers { price_credits: self.paddle_price_credits.clone() }
+    }
+}
+
+/// Retention of archive rows, which `serve` applies in the background.
+#[derive(Debug, Clone, Args)]
+pub struct RetentionConfig {
+    /// Days PROCESSED and SKIPPED archive rows are kept before `serve` purges them; 0 turns retention off.
+    #[arg(long, env = "ARCHIVE_RETENTION_DAYS", default_value_t = 90)]
+    pub archive_retention_days: u32,
+
+    /// Days FAILED archive rows are kept (at least ARCHIVE_RETENTION_DAYS); 0 keeps them forever.
+    #[arg(long, env = "FAILED_RETENTION_DAYS", default_value_t = DEFAULT_FAILED_RETENTION_DAYS)]
+    pub failed_retention_days: u32,
+}
+
+/// FAILED rows are kept twice as long as the others by default, so nobody
+/// loses a failure before looking at it.
+pub const DEFAULT_FAILED_RETENTION_DAYS: u32 = 180;
+
+impl RetentionConfig {
+    /// The policy, or `None` when retention is off.
+    pub fn policy(&self) -> anyhow::Result<Option<RetentionPolicy>> {
+        if self.archive_retention_days == 0 {
+            return Ok(None);
+        }
+        let policy = RetentionPolicy::new(
+            Age::days(self.archive_retention_days),
+            Some(Age::days(self.failed_retention_days)),
+        )?;
+        Ok(Some(policy))
     }
 }
 

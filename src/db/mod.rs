@@ -67,6 +67,32 @@ impl Database {
     }
 }
 
+/// Fails unless every migration this build embeds has been applied: what
+/// `serve --no-migrate` checks before serving on a schema it did not migrate.
+pub async fn check_migrated(pool: &PgPool) -> anyhow::Result<()> {
+    let applied: Vec<i64> = match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+    {
+        Ok(applied) => applied,
+        // undefined_table: never migrated.
+        Err(error) if error.as_database_error().and_then(|e| e.code()).as_deref() == Some("42P01") => {
+            Vec::new()
+        }
+        Err(error) => return Err(error).context("reading the applied migrations"),
+    };
+    let missing: Vec<i64> = MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .filter(|version| !applied.contains(version))
+        .collect();
+    anyhow::ensure!(
+        missing.is_empty(),
+        "the database lacks migrations {missing:?}: run `webhook-inbox migrate` first (or serve without --no-migrate)"
+    );
+    Ok(())
+}
+
 /// The pool's limits, from configuration.
 pub fn pool_options(config: &DatabaseConfig) -> PgPoolOptions {
     PgPoolOptions::new()

@@ -1,7 +1,10 @@
 //! HTTP: the routes, their answers, and the server around them.
 
+mod admin;
+mod auth;
 mod error;
 mod health;
+mod metrics;
 mod serve;
 mod webhook;
 
@@ -19,9 +22,9 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::inbox::Effects;
-use crate::providers::Registry;
-use crate::providers::clerk::Clerk;
-use crate::providers::paddle::Paddle;
+use crate::monitoring::Metrics;
+use crate::providers::{self, Registry};
+pub use auth::{BearerToken, TokenTooShort};
 pub use error::ApiError;
 pub use serve::serve;
 
@@ -47,6 +50,12 @@ pub struct AppState {
     pub limits: Limits,
     /// Deliveries in flight, which shutdown waits for.
     pub tasks: TaskTracker,
+    /// What `GET /metrics` shows.
+    pub metrics: Arc<Metrics>,
+    /// The admin API's token; `None`: the whole `/admin` tree answers 404.
+    pub admin_token: Option<BearerToken>,
+    /// The token `GET /metrics` requires; `None`: open.
+    pub metrics_token: Option<BearerToken>,
 }
 
 impl AppState {
@@ -54,24 +63,51 @@ impl AppState {
     pub fn new(pool: PgPool, providers: Registry, handlers: impl Effects + 'static, limits: Limits) -> Self {
         AppState {
             pool,
+            metrics: Metrics::new(&providers.names()),
             providers: Arc::new(providers),
             handlers: Arc::new(handlers),
             limits,
             tasks: TaskTracker::new(),
+            admin_token: None,
+            metrics_token: None,
         }
+    }
+
+    /// Turns the admin API on, behind `token`.
+    pub fn with_admin_token(mut self, token: BearerToken) -> Self {
+        self.admin_token = Some(token);
+        self
+    }
+
+    /// Puts `GET /metrics` behind `token`.
+    pub fn with_metrics_token(mut self, token: BearerToken) -> Self {
+        self.metrics_token = Some(token);
+        self
     }
 }
 
 /// The service's routes. Tests drive this in-process; `serve` puts it on a socket.
 pub fn app(state: AppState) -> Router {
-    let webhook = |provider: &'static str| {
-        post(move |state: State<AppState>, request: Request| webhook::receive(state, provider, request))
-    };
-    Router::new()
-        .route("/billing/webhook", webhook(Paddle::NAME))
-        .route("/account/webhook", webhook(Clerk::NAME))
+    // Every provider at `/webhooks/{name}`, the built-in ones also at their
+    // aliases. Whether a provider is enabled is decided per request: one
+    // without a secret answers 503, a name nobody configured 404.
+    let mut router = Router::new().route("/webhooks/{name}", post(webhook::receive_named));
+    for spec in providers::BUILT_IN {
+        let name = spec.name;
+        for alias in spec.aliases {
+            let receive =
+                move |state: State<AppState>, request: Request| webhook::receive(state, name, request);
+            router = router.route(alias, post(receive));
+        }
+    }
+    router = router
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics));
+    if state.admin_token.is_some() {
+        router = router.nest("/admin", admin::router(state.clone()));
+    }
+    router
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

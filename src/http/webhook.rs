@@ -2,11 +2,12 @@
 //! transaction in a task of its own.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -17,29 +18,44 @@ use super::AppState;
 use super::error::ApiError;
 use crate::event::EventError;
 use crate::inbox::{self, Delivery, Outcome};
-use crate::providers::{Provider, json};
+use crate::monitoring::ProviderMetrics;
+use crate::providers::{self, Provider, json};
 
 /// Longest request id kept in the archive; longer client-sent ids are dropped.
 const MAX_REQUEST_ID_LEN: usize = 128;
 
+/// `POST /webhooks/{name}`: receives one delivery for the provider called `name`.
+pub async fn receive_named(
+    state: State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let Ok(Path(name)) = name else { return Err(ApiError::NotFound) };
+    receive(state, &name, request).await
+}
+
 /// Receives one delivery for the provider called `provider_name`.
 pub async fn receive(
     State(state): State<AppState>,
-    provider_name: &'static str,
+    provider_name: &str,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let span = Span::current();
-    span.record("provider", provider_name);
+    let started = Instant::now();
+    // Counted under names that exist only: a path anyone can type must not
+    // create metric series.
+    let metrics = (state.providers.get(provider_name).is_some() || providers::is_built_in(provider_name))
+        .then(|| state.metrics.provider(provider_name));
     let result = receive_inner(state, provider_name, request).await;
-    span.record(
-        "outcome",
-        match &result {
-            Ok((Outcome::Processed { .. }, _)) => "processed",
-            Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
-            Ok((Outcome::Failed { .. }, _)) => "failed",
-            Err(error) => error.outcome(),
-        },
-    );
+    let outcome = match &result {
+        Ok((Outcome::Processed { .. }, _)) => "processed",
+        Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
+        Ok((Outcome::Failed { .. }, _)) => "failed",
+        Err(error) => error.outcome(),
+    };
+    Span::current().record("outcome", outcome);
+    if let Some(metrics) = metrics {
+        metrics.answered(outcome, started.elapsed());
+    }
     match result? {
         (Outcome::Processed { .. }, event_id) => {
             Ok(Json(json!({ "event_id": event_id, "status": "processed" })))
@@ -57,14 +73,18 @@ pub async fn receive(
 
 async fn receive_inner(
     state: AppState,
-    provider_name: &'static str,
+    provider_name: &str,
     request: Request,
 ) -> Result<(Outcome, String), ApiError> {
-    let provider = state
-        .providers
-        .get(provider_name)
-        .cloned()
-        .ok_or_else(|| ApiError::ProviderDisabled(provider_name.to_string()))?;
+    let provider = match state.providers.get(provider_name) {
+        Some(provider) => provider.clone(),
+        None if providers::is_built_in(provider_name) => {
+            Span::current().record("provider", provider_name);
+            return Err(ApiError::ProviderDisabled(provider_name.to_string()));
+        }
+        None => return Err(ApiError::NotFound),
+    };
+    Span::current().record("provider", provider.name());
     let (parts, body) = request.into_parts();
     let body = read_body(&parts.headers, body, &state).await?;
 
@@ -72,8 +92,9 @@ async fn receive_inner(
     // cancel it half way: the transaction commits or rolls back as a whole.
     // The tracker lets shutdown wait for it.
     let tasks = state.tasks.clone();
+    let metrics = state.metrics.provider(provider.name());
     let task = tasks.spawn(
-        async move { verify_and_deliver(&state, provider, &parts.headers, &body).await }
+        async move { verify_and_deliver(&state, provider, &metrics, &parts.headers, &body).await }
             .instrument(Span::current()),
     );
     task.await.map_err(|_| ApiError::Internal)?
@@ -97,6 +118,7 @@ async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<
 async fn verify_and_deliver(
     state: &AppState,
     provider: Arc<dyn Provider>,
+    metrics: &ProviderMetrics,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<(Outcome, String), ApiError> {
@@ -105,7 +127,9 @@ async fn verify_and_deliver(
     // request must not be able to write anything.
     let verified = provider.verify(headers, body, now).inspect_err(|reason| {
         tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
+        metrics.rejected(reason);
     })?;
+    metrics.verified();
     let payload = std::str::from_utf8(body).map_err(|_| EventError::NotJson)?;
     json::check_unique_keys(payload)?;
     let event = provider.parse_event(headers, body)?;
@@ -120,7 +144,11 @@ async fn verify_and_deliver(
         signature: verified.signature,
         secret_index: Some(verified.secret_index),
         request_id,
+        reprocess_of: None,
     };
     let outcome = inbox::deliver(&state.pool, &*state.handlers, &delivery).await?;
+    if let Outcome::Processed { .. } = outcome {
+        metrics.processed(delivery.event.occurred_at);
+    }
     Ok((outcome, event_id))
 }

@@ -31,6 +31,9 @@ pub struct Delivery<'a> {
     pub secret_index: Option<usize>,
     /// The request id the delivery arrived with, to join logs and archive.
     pub request_id: Option<&'a str>,
+    /// The archive row an operator reprocesses with this delivery; `None`
+    /// for a delivery from the provider.
+    pub reprocess_of: Option<i64>,
 }
 
 /// What became of a delivery. Every variant has been committed.

@@ -11,9 +11,18 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
-use super::standard_webhooks::{InvalidSecret, StandardWebhooksVerifier};
-use super::{Provider, Verified};
+use super::standard_webhooks::{self, StandardWebhooksVerifier};
+use super::{InvalidSecret, Provider, ProviderSpec, Verified};
 use crate::event::{self, Event, EventError};
+
+/// Clerk at `/webhooks/clerk` and `/account/webhook`; secrets from `CLERK_WEBHOOK_SECRET`.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    name: Clerk::NAME,
+    aliases: &["/account/webhook"],
+    secret_help: "Clerk signing secrets `whsec_...` (Webhooks > your endpoint > Signing Secret), \
+                  comma-separated (several during a rotation).",
+    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Clerk::new(secrets, tolerance_secs)?)),
+};
 
 /// Verifies and reads Clerk webhooks.
 #[derive(Debug)]
@@ -48,11 +57,7 @@ impl Provider for Clerk {
     fn parse_event<'a>(&self, headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
         let envelope: Envelope<'a> =
             serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "Clerk"))?;
-        // Verification already required the id header; read it the same way.
-        let id = ["svix-id", "webhook-id"]
-            .iter()
-            .find_map(|name| headers.get(*name)?.to_str().ok())
-            .map(Cow::Borrowed);
+        let id = standard_webhooks::message_id(headers).map(Cow::Borrowed);
         let occurred_at = match envelope.timestamp {
             Some(millis) => Some(
                 DateTime::<Utc>::from_timestamp_millis(millis)
@@ -67,6 +72,11 @@ impl Provider for Clerk {
             notification_id: None,
             data: envelope.data,
         })
+    }
+
+    /// The event id is the message id header.
+    fn stored_headers(&self, event_id: &str, _event_type: &str) -> HeaderMap {
+        standard_webhooks::stored_headers(event_id)
     }
 }
 

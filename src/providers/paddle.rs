@@ -6,21 +6,37 @@ use std::borrow::Cow;
 
 use axum::http::HeaderMap;
 use chrono::{DateTime, Utc};
-use secrecy::{ExposeSecret, SecretSlice, SecretString};
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::signature::{self, SignatureError, SigningKeys, TAG_LEN};
-use super::{Provider, Verified, header_str};
+use super::signature::SignatureError;
+use super::timestamped::{self, TimestampedVerifier};
+use super::{Provider, ProviderSpec, Verified};
 use crate::event::{self, Event, EventError};
 
 const SIGNATURE_HEADER: &str = "Paddle-Signature";
+const FORMAT: timestamped::Format = timestamped::Format {
+    header: SIGNATURE_HEADER,
+    separator: ';',
+    timestamp_key: "ts",
+    signature_key: "h1",
+    message_separator: ":",
+};
+
+/// Paddle Billing at `/webhooks/paddle` and `/billing/webhook`; secrets from `PADDLE_WEBHOOK_SECRET`.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    name: Paddle::NAME,
+    aliases: &["/billing/webhook"],
+    secret_help: "Paddle notification secret keys (Developer tools > Notifications > your destination), \
+                  comma-separated (several during a rotation).",
+    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Paddle::new(secrets, tolerance_secs))),
+};
 
 /// Verifies and reads Paddle Billing notifications.
 #[derive(Debug)]
 pub struct Paddle {
-    keys: SigningKeys,
-    tolerance_secs: u64,
+    verifier: TimestampedVerifier,
 }
 
 impl Paddle {
@@ -29,11 +45,7 @@ impl Paddle {
 
     /// Paddle signs with the secret key as text: its UTF-8 bytes are the HMAC key.
     pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Self {
-        let keys = secrets
-            .iter()
-            .map(|secret| SecretSlice::from(secret.expose_secret().as_bytes().to_vec()))
-            .collect();
-        Paddle { keys: SigningKeys::new(keys), tolerance_secs }
+        Paddle { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs) }
     }
 }
 
@@ -48,15 +60,7 @@ impl Provider for Paddle {
         body: &[u8],
         now: i64,
     ) -> Result<Verified<'h>, SignatureError> {
-        let header = header_str(headers, SIGNATURE_HEADER)?;
-        let parsed = SignatureHeader::parse(header)?;
-        signature::check_timestamp(parsed.timestamp, now, self.tolerance_secs)?;
-        // The signed message is the timestamp exactly as sent, a colon, the raw body.
-        let message = [parsed.ts.as_bytes(), b":", body];
-        self.keys
-            .position_of_match(&message, &parsed.h1)
-            .map(|secret_index| Verified { secret_index, signature: header })
-            .ok_or(SignatureError::NoMatchingSignature)
+        self.verifier.verify(headers, body, now)
     }
 
     fn parse_event<'a>(&self, _headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
@@ -95,51 +99,10 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
-/// A parsed `Paddle-Signature` header.
-#[derive(Debug, PartialEq)]
-struct SignatureHeader<'h> {
-    /// The timestamp as sent: the signed message uses this text, not a re-rendering.
-    ts: &'h str,
-    timestamp: i64,
-    /// Every `h1` that decodes as a SHA-256 tag; any may match (Paddle rotates secrets).
-    h1: Vec<[u8; TAG_LEN]>,
-}
-
-impl<'h> SignatureHeader<'h> {
-    /// Parses `ts=...;h1=...`; unknown keys are ignored, as Paddle asks, and an
-    /// `h1` that is not 64 hex digits is a signature that matches nothing.
-    fn parse(header: &'h str) -> Result<Self, SignatureError> {
-        let malformed = SignatureError::MalformedHeader(SIGNATURE_HEADER);
-        let mut ts = None;
-        let mut h1 = Vec::new();
-        let mut h1_entries = 0usize;
-        for part in header.split(';') {
-            let (key, value) = part.split_once('=').ok_or(malformed)?;
-            match key.trim() {
-                "ts" if ts.is_none() => ts = Some(value.trim()),
-                "ts" => return Err(malformed),
-                "h1" => {
-                    h1_entries += 1;
-                    let mut tag = [0u8; TAG_LEN];
-                    if hex::decode_to_slice(value.trim(), &mut tag).is_ok() {
-                        h1.push(tag);
-                    }
-                }
-                _ => {}
-            }
-        }
-        let ts = ts.ok_or(malformed)?;
-        let timestamp = signature::parse_unix_seconds(ts).ok_or(malformed)?;
-        if h1_entries == 0 {
-            return Err(malformed);
-        }
-        Ok(SignatureHeader { ts, timestamp, h1 })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::signature;
     use axum::http::HeaderValue;
 
     fn paddle(secrets: &[&str]) -> Paddle {

@@ -3,7 +3,7 @@
 //! timestamp window.
 
 use hmac::{Hmac, KeyInit, Mac};
-use secrecy::{ExposeSecret, SecretSlice};
+use secrecy::{ExposeSecret, SecretSlice, SecretString};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
@@ -30,6 +30,15 @@ pub enum SignatureError {
     NoMatchingSignature,
 }
 
+/// A configured secret that is not `whsec_<base64>` (or plain base64), for
+/// the schemes that decode their secrets.
+#[derive(Debug, thiserror::Error)]
+#[error("secret #{position} is not base64 after its whsec_ prefix")]
+pub struct InvalidSecret {
+    /// 1-based position in the configured list; the secret itself is never shown.
+    pub position: usize,
+}
+
 /// Length of an HMAC-SHA256 tag.
 pub const TAG_LEN: usize = 32;
 
@@ -40,6 +49,17 @@ impl SigningKeys {
     /// Wraps keys already decoded from their configured form.
     pub fn new(keys: Vec<SecretSlice<u8>>) -> Self {
         SigningKeys(keys)
+    }
+
+    /// Keys that are the secrets' UTF-8 bytes as configured, as Paddle,
+    /// Stripe and GitHub use them (no decoding, a `whsec_` prefix included).
+    pub fn utf8(secrets: &[SecretString]) -> Self {
+        SigningKeys(
+            secrets
+                .iter()
+                .map(|secret| SecretSlice::from(secret.expose_secret().as_bytes().to_vec()))
+                .collect(),
+        )
     }
 
     /// True when no key is configured (the provider is then disabled).
@@ -102,6 +122,12 @@ pub fn parse_unix_seconds(text: &str) -> Option<i64> {
     text.parse().ok()
 }
 
+/// A 64-hex-digit HMAC-SHA256 tag, decoded; anything else is `None`.
+pub fn hex_tag(text: &str) -> Option<[u8; TAG_LEN]> {
+    let mut tag = [0u8; TAG_LEN];
+    hex::decode_to_slice(text, &mut tag).ok().map(|()| tag)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +163,14 @@ mod tests {
         assert_eq!(parse_unix_seconds("1696195954"), Some(1696195954));
         for bad in ["", "-5", "+5", " 5", "5e3", "12a", "9999999999999999999999"] {
             assert_eq!(parse_unix_seconds(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hex_tags_are_exactly_64_hex_digits() {
+        assert_eq!(hex_tag(&"0F".repeat(TAG_LEN)), Some([0x0f; TAG_LEN]));
+        for bad in ["", "00", &"0".repeat(66), &"g".repeat(64)] {
+            assert_eq!(hex_tag(bad), None, "{bad:?}");
         }
     }
 

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use secrecy::{ExposeSecret, SecretSlice, SecretString};
 
 use super::signature::{self, SignatureError, SigningKeys, TAG_LEN};
-use super::{Verified, header_str};
+use super::{InvalidSecret, Verified, header_str};
 
 /// The three headers of one naming family.
 struct HeaderNames {
@@ -23,14 +23,6 @@ const SVIX: HeaderNames =
     HeaderNames { id: "svix-id", timestamp: "svix-timestamp", signature: "svix-signature" };
 const STANDARD_WEBHOOKS: HeaderNames =
     HeaderNames { id: "webhook-id", timestamp: "webhook-timestamp", signature: "webhook-signature" };
-
-/// A configured secret that is not `whsec_<base64>` (or plain base64).
-#[derive(Debug, thiserror::Error)]
-#[error("secret #{position} is not base64 after its whsec_ prefix")]
-pub struct InvalidSecret {
-    /// 1-based position in the configured list; the secret itself is never shown.
-    pub position: usize,
-}
 
 /// Verifies requests signed the Standard Webhooks way.
 #[derive(Debug)]
@@ -86,6 +78,21 @@ impl StandardWebhooksVerifier {
             self.keys.position_of_match(&message, &candidates).ok_or(SignatureError::NoMatchingSignature)?;
         Ok(VerifiedMessage { verified: Verified { secret_index, signature: header }, message_id })
     }
+}
+
+/// The message id of a request [`StandardWebhooksVerifier::verify`] accepted
+/// (`svix-id`, else `webhook-id`): signed, so a stable event id.
+pub fn message_id(headers: &HeaderMap) -> Option<&str> {
+    [SVIX.id, STANDARD_WEBHOOKS.id].iter().find_map(|name| headers.get(*name)?.to_str().ok())
+}
+
+/// The headers [`message_id`] reads an archived message's id back from.
+pub fn stored_headers(message_id: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = message_id.parse() {
+        headers.insert(STANDARD_WEBHOOKS.id, value);
+    }
+    headers
 }
 
 /// The `v1` signatures of a `v1,<base64> v1,<base64>` list. Entries of other

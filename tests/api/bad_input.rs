@@ -69,7 +69,7 @@ async fn a_body_over_the_limit_is_answered_413_whether_or_not_its_length_is_decl
 
 #[tokio::test]
 async fn a_provider_without_a_secret_answers_503_so_the_provider_retries() {
-    let app = TestApp::spawn_with(TestConfig { clerk_secrets: vec![], ..TestConfig::default() }).await;
+    let app = TestApp::spawn_with(TestConfig::default().without("clerk")).await;
     let answer = app.send(&clerk("msg_01", &user_created("user_01"))).await;
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(answer.body, json!({ "error": "provider clerk is not configured" }));
@@ -81,7 +81,7 @@ async fn a_provider_without_a_secret_answers_503_so_the_provider_retries() {
 async fn unknown_routes_and_wrong_methods_get_json_answers() {
     let app = TestApp::spawn().await;
     let mut unknown = paddle(&subscription_created("evt_01", "sub_01"));
-    unknown.path = "/webhooks/nobody";
+    unknown.path = "/webhooks/nobody".into();
     let answer = app.send(&unknown).await;
     assert_eq!((answer.status, answer.body), (StatusCode::NOT_FOUND, json!({ "error": "not found" })));
 

@@ -106,3 +106,30 @@ async fn concurrent_deliveries_of_different_events_are_all_applied() {
     }
     assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_concurrent_deliveries_of_one_event_without_side_effects_record_it_once_per_provider() {
+    let app = TestApp::spawn().await;
+    let deliveries = [
+        ("stripe", stripe(&stripe_event("evt_01", "invoice.paid"))),
+        ("github", github("72d3162e-cc78-11e3-81ab-4c9367dc0958", "issues", &issue_opened())),
+        (STANDARD_SENDER, standard(STANDARD_SENDER, "msg_01", &standard_event("contact.created"))),
+    ];
+    for (provider, delivery) in &deliveries {
+        let bodies = fire_at_once(vec![app.router.clone(); 10], delivery).await;
+        assert_eq!(processed_and_idempotent(&bodies), (1, 9), "{provider}");
+    }
+
+    let dedup_rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT provider, count(*) FROM processed_webhook_events GROUP BY provider ORDER BY provider",
+    )
+    .fetch_all(app.pool())
+    .await
+    .unwrap();
+    let mut one_each: Vec<(String, i64)> =
+        deliveries.iter().map(|(provider, _)| (provider.to_string(), 1)).collect();
+    one_each.sort();
+    assert_eq!(dedup_rows, one_each);
+    let skipped = app.count("SELECT count(*) FROM webhook_events WHERE processing_status = 'SKIPPED'").await;
+    assert_eq!(skipped, 9 * deliveries.len() as i64);
+}

@@ -166,7 +166,7 @@ fn cases() -> Vec<Case> {
         ),
         unsigned(
             "unknown provider path",
-            request_bytes(&Delivery { path: "/stripe/webhook", ..signed.clone() }),
+            request_bytes(&Delivery { path: "/webhooks/nobody".into(), ..signed.clone() }),
             404,
             "not found",
         ),

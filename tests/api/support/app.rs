@@ -1,42 +1,68 @@
 //! An app on a fresh database, driven in-process with `Router::oneshot`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use secrecy::SecretString;
 use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
 use webhook_inbox::handlers::Handlers;
-use webhook_inbox::http::{AppState, Limits, app, serve};
-use webhook_inbox::providers::Registry;
-use webhook_inbox::providers::clerk::Clerk;
-use webhook_inbox::providers::paddle::Paddle;
+use webhook_inbox::http::{AppState, BearerToken, Limits, app, serve};
+use webhook_inbox::providers::{ProviderConfig, Registry};
 
 use super::database::TestDatabase;
-use super::signing::{CLERK_SECRETS, Delivery, PADDLE_SECRETS};
+use super::signing::{
+    CLERK_SECRETS, Delivery, GITHUB_SECRETS, PADDLE_SECRETS, STANDARD_SECRETS, STANDARD_SENDER,
+    STRIPE_SECRETS,
+};
+
+/// The `PADDLE_PRICE_CREDITS` of every test app (and of the CLI's reprocess).
+pub const PRICE_CREDITS: &str = "pri_basic=100,pri_pro=500";
 
 /// What a test may change about the app.
 #[derive(Debug, Clone)]
 pub struct TestConfig {
-    pub paddle_secrets: Vec<&'static str>,
-    pub clerk_secrets: Vec<&'static str>,
+    /// Each built-in provider's secrets, by name; a provider left out is disabled.
+    pub secrets: BTreeMap<&'static str, Vec<&'static str>>,
+    /// `STANDARD_WEBHOOKS`, as the variable would hold it.
+    pub standard_webhooks: String,
     pub max_body_bytes: usize,
     pub lock_timeout: Duration,
+    /// `ADMIN_TOKEN`; `None`: the admin API is off.
+    pub admin_token: Option<&'static str>,
+    /// `METRICS_TOKEN`; `None`: /metrics is open.
+    pub metrics_token: Option<&'static str>,
 }
 
 impl Default for TestConfig {
     fn default() -> Self {
+        let [first, second] = STANDARD_SECRETS;
         TestConfig {
-            paddle_secrets: PADDLE_SECRETS.to_vec(),
-            clerk_secrets: CLERK_SECRETS.to_vec(),
+            secrets: BTreeMap::from([
+                ("paddle", PADDLE_SECRETS.to_vec()),
+                ("clerk", CLERK_SECRETS.to_vec()),
+                ("stripe", STRIPE_SECRETS.to_vec()),
+                ("github", GITHUB_SECRETS.to_vec()),
+            ]),
+            standard_webhooks: format!("{STANDARD_SENDER}={first},{STANDARD_SENDER}={second}"),
             max_body_bytes: 64 * 1024,
             lock_timeout: Duration::from_secs(10),
+            admin_token: None,
+            metrics_token: None,
         }
+    }
+}
+
+impl TestConfig {
+    /// This configuration without the built-in provider `name`'s secrets.
+    pub fn without(mut self, name: &str) -> Self {
+        self.secrets.remove(name);
+        self
     }
 }
 
@@ -117,6 +143,30 @@ impl TestApp {
         send(&self.router, delivery).await
     }
 
+    /// Sends any request and reads the answer.
+    pub async fn request(&self, request: Request<Body>) -> Answer {
+        request_to(&self.router, request).await
+    }
+
+    /// `GET path`, with `Authorization: Bearer <token>` when given.
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Answer {
+        self.request(authorized(Request::get(path), token).body(Body::empty()).unwrap()).await
+    }
+
+    /// `POST path` with a JSON body, with `Authorization: Bearer <token>` when given.
+    pub async fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> Answer {
+        let request = authorized(Request::post(path), token).header("content-type", "application/json");
+        self.request(request.body(Body::from(body.to_string())).unwrap()).await
+    }
+
+    /// `GET /metrics` as text.
+    pub async fn metrics(&self) -> String {
+        let response =
+            self.router.clone().oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    }
+
     /// Runs a `SELECT count(*) ...` and returns the count.
     pub async fn count(&self, sql: &'static str) -> i64 {
         sqlx::query_scalar(sql).fetch_one(self.pool()).await.unwrap()
@@ -127,9 +177,44 @@ impl TestApp {
         self.count(
             "SELECT (SELECT count(*) FROM webhook_events) + (SELECT count(*) FROM processed_webhook_events)
                   + (SELECT count(*) FROM subscriptions) + (SELECT count(*) FROM credit_grants)
-                  + (SELECT count(*) FROM users)",
+                  + (SELECT count(*) FROM users) + (SELECT count(*) FROM outbox)",
         )
         .await
+    }
+
+    /// Makes every insert into `table` fail (a handler error an operator can
+    /// fix), until [`allow_inserts_into`](Self::allow_inserts_into).
+    pub async fn refuse_inserts_into(&self, table: &str) {
+        let sql = format!(
+            "CREATE FUNCTION refuse_{table}() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN RAISE EXCEPTION '{table} closed for maintenance'; END $$;
+             CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION refuse_{table}();"
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(self.pool()).await.unwrap();
+    }
+
+    /// Undoes [`refuse_inserts_into`](Self::refuse_inserts_into): the cause is fixed.
+    pub async fn allow_inserts_into(&self, table: &str) {
+        let sql = format!("DROP TRIGGER refuse_{table} ON {table}; DROP FUNCTION refuse_{table}();");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(self.pool()).await.unwrap();
+    }
+
+    /// Moves archive rows `id`s `days` into the past, as if archived then.
+    pub async fn age_rows(&self, ids: &[i64], days: i32) {
+        sqlx::query(
+            "UPDATE webhook_events SET created_at = now() - make_interval(days => $2) WHERE id = ANY($1)",
+        )
+        .bind(ids)
+        .bind(days)
+        .execute(self.pool())
+        .await
+        .unwrap();
+    }
+
+    /// Archive ids, in order of arrival.
+    pub async fn archive_ids(&self) -> Vec<i64> {
+        sqlx::query_scalar("SELECT id FROM webhook_events ORDER BY id").fetch_all(self.pool()).await.unwrap()
     }
 
     /// `processing_status` of every archive row, in order of arrival.
@@ -143,17 +228,28 @@ impl TestApp {
 
 /// Sends `delivery` to `router` in-process.
 pub async fn send(router: &Router, delivery: &Delivery) -> Answer {
-    let mut request = Request::post(delivery.path);
+    let mut request = Request::post(&delivery.path);
     for (name, value) in &delivery.headers {
         request = request.header(name, value);
     }
-    let request = request.body(Body::from(delivery.body.clone())).unwrap();
+    request_to(router, request.body(Body::from(delivery.body.clone())).unwrap()).await
+}
+
+/// Sends `request` to `router` in-process; the body is read as JSON (`Null` if it is not).
+pub async fn request_to(router: &Router, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     Answer { status, headers, body }
+}
+
+fn authorized(request: axum::http::request::Builder, token: Option<&str>) -> axum::http::request::Builder {
+    match token {
+        Some(token) => request.header("authorization", format!("Bearer {token}")),
+        None => request,
+    }
 }
 
 /// Logs are silent unless `TEST_LOG` is set (then `RUST_LOG` filters them).
@@ -171,15 +267,21 @@ fn init_logs() {
 async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
     let options = webhook_inbox::db::session_options(db.connect_options(), config.lock_timeout);
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
-    let secrets = |list: &[&str]| list.iter().map(|s| SecretString::from(*s)).collect::<Vec<_>>();
-    let mut providers = Registry::default();
-    if !config.paddle_secrets.is_empty() {
-        providers = providers.with(Paddle::new(&secrets(&config.paddle_secrets), 300));
-    }
-    if !config.clerk_secrets.is_empty() {
-        providers = providers.with(Clerk::new(&secrets(&config.clerk_secrets), 300).unwrap());
-    }
-    let handlers = Handlers { price_credits: "pri_basic=100,pri_pro=500".parse().unwrap() };
+    // The configuration goes through the same parsing and building as `serve`'s.
+    let providers = ProviderConfig {
+        secrets: config.secrets.iter().map(|(name, list)| (*name, list.join(",").parse().unwrap())).collect(),
+        standard_webhooks: config.standard_webhooks.parse().unwrap(),
+    };
+    let providers = Registry::configure(&providers, 300).unwrap();
+    let handlers = Handlers { price_credits: PRICE_CREDITS.parse().unwrap() };
     let limits = Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: Duration::from_secs(5) };
-    AppState::new(pool, providers, handlers, limits)
+    let mut state = AppState::new(pool, providers, handlers, limits);
+    let token = |token: &str| BearerToken::new(&secrecy::SecretString::from(token)).unwrap();
+    if let Some(admin) = config.admin_token {
+        state = state.with_admin_token(token(admin));
+    }
+    if let Some(metrics) = config.metrics_token {
+        state = state.with_metrics_token(token(metrics));
+    }
+    state
 }

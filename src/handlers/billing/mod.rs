@@ -1,15 +1,26 @@
-//! Paddle Billing events: the `subscriptions` projection and the
-//! `credit_grants` ledger.
+//! Paddle Billing: the `subscriptions` projection and the `credit_grants`
+//! ledger.
+//!
+//! Credits are granted once per cause: `subscription.created` grants the
+//! subscription's items (cause `subscription:<id>:initial`); a
+//! `transaction.completed` whose origin is `subscription_recurring` (a
+//! renewal) grants the transaction's items (cause `transaction:<id>`). The
+//! checkout transaction that starts a subscription has another origin
+//! (`web`, `api`) and grants nothing, and the ledger grants a subscription's
+//! billing period at most once, so the first payment never doubles the
+//! credits of `subscription.created`.
+
+pub mod credits;
+pub mod subscriptions;
+pub mod transactions;
 
 use std::collections::HashMap;
 use std::str::FromStr;
 
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use sqlx::PgConnection;
-use tracing::instrument;
 
-use super::{HandlerError, data};
-use crate::event::Event;
+use super::HandlerError;
 
 /// Credits per unit of each Paddle price id, from `PADDLE_PRICE_CREDITS`
 /// (`"pri_a=100,pri_b=500"`). Prices not listed grant nothing.
@@ -17,9 +28,22 @@ use crate::event::Event;
 pub struct PriceCredits(HashMap<String, i64>);
 
 impl PriceCredits {
+    /// True when no price grants credits.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Credits for `quantity` units of `price_id`, `None` on overflow.
     fn for_item(&self, price_id: &str, quantity: i64) -> Option<i64> {
         self.0.get(price_id).copied().unwrap_or(0).checked_mul(quantity)
+    }
+
+    /// Credits for a list of items: the sum of quantity × credits per unit.
+    fn for_items(&self, items: &[Item]) -> Result<i64, HandlerError> {
+        items
+            .iter()
+            .try_fold(0i64, |sum, item| self.for_item(&item.price.id, item.quantity)?.checked_add(sum))
+            .ok_or_else(|| HandlerError::Invalid("credit amount overflows".into()))
     }
 }
 
@@ -47,22 +71,13 @@ impl FromStr for PriceCredits {
     }
 }
 
-/// The part of a Paddle subscription entity the handlers use.
-#[derive(Debug, Deserialize)]
-struct Subscription {
-    id: Option<String>,
-    status: String,
-    customer_id: String,
-    custom_data: Option<CustomData>,
-    #[serde(default)]
-    items: Vec<Item>,
-}
-
+/// `custom_data`, where the checkout put our user id.
 #[derive(Debug, Deserialize)]
 struct CustomData {
     user_id: Option<String>,
 }
 
+/// One line of a subscription or transaction: a price and a quantity.
 #[derive(Debug, Deserialize)]
 struct Item {
     price: Price,
@@ -74,55 +89,16 @@ struct Price {
     id: String,
 }
 
-/// `subscription.created`: upserts the subscription and grants the credits
-/// of its items once (the dedup row guarantees "once" per event).
-#[instrument(skip_all)]
-pub async fn subscription_created(
-    conn: &mut PgConnection,
-    event: &Event<'_>,
-    price_credits: &PriceCredits,
-) -> Result<(), HandlerError> {
-    let subscription: Subscription = data(event)?;
-    let id = subscription
-        .id
-        .as_deref()
-        .ok_or_else(|| HandlerError::Invalid("subscription.created without data.id".into()))?;
-    let user_id = subscription.custom_data.as_ref().and_then(|c| c.user_id.as_deref());
-    let amount = subscription
-        .items
-        .iter()
-        .try_fold(0i64, |sum, item| price_credits.for_item(&item.price.id, item.quantity)?.checked_add(sum));
-    let amount = amount.ok_or_else(|| HandlerError::Invalid("credit amount overflows".into()))?;
+/// A billing period (`current_billing_period`, `billing_period`).
+#[derive(Debug, Deserialize)]
+struct Period {
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+}
 
-    sqlx::query(
-        "INSERT INTO subscriptions (id, customer_id, user_id, status)
-         VALUES ($1, $2, $3, $4)
-         ON CONFLICT (id) DO UPDATE
-         SET customer_id = EXCLUDED.customer_id,
-             user_id = COALESCE(EXCLUDED.user_id, subscriptions.user_id),
-             status = EXCLUDED.status,
-             updated_at = now()",
-    )
-    .bind(id)
-    .bind(&subscription.customer_id)
-    .bind(user_id)
-    .bind(&subscription.status)
-    .execute(&mut *conn)
-    .await?;
-
-    if amount > 0 {
-        sqlx::query(
-            "INSERT INTO credit_grants (event_id, subscription_id, user_id, amount)
-             VALUES ($1, $2, $3, $4)",
-        )
-        .bind(event.id.as_ref())
-        .bind(id)
-        .bind(user_id)
-        .bind(amount)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+/// The user id in `custom_data`, if any.
+fn user_id(custom_data: &Option<CustomData>) -> Option<&str> {
+    custom_data.as_ref().and_then(|c| c.user_id.as_deref())
 }
 
 #[cfg(test)]
@@ -140,5 +116,14 @@ mod tests {
         assert!("pri_a".parse::<PriceCredits>().is_err());
         assert!("pri_a=-1".parse::<PriceCredits>().is_err());
         assert!("pri_a=lots".parse::<PriceCredits>().is_err());
+    }
+
+    #[test]
+    fn items_sum_and_overflow_is_refused() {
+        let credits: PriceCredits = "pri_a=100,pri_b=7".parse().unwrap();
+        let item = |id: &str, quantity| Item { price: Price { id: id.into() }, quantity };
+        assert_eq!(credits.for_items(&[item("pri_a", 2), item("pri_b", 1), item("pri_x", 5)]).unwrap(), 207);
+        assert_eq!(credits.for_items(&[]).unwrap(), 0);
+        assert!(credits.for_items(&[item("pri_a", i64::MAX / 100), item("pri_a", i64::MAX / 100)]).is_err());
     }
 }

@@ -1,0 +1,3 @@
+//! Clerk: the `users` projection.
+
+pub mod users;

@@ -1,0 +1,209 @@
+//! GitHub: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 keyed with the
+//! secret's UTF-8 bytes over the raw body. The event id is the
+//! `X-GitHub-Delivery` header, the type is the `X-GitHub-Event` header plus
+//! `.<action>` when the body has one (`issues.opened`, `push`).
+//!
+//! GitHub signs no timestamp and not the delivery header: a captured request
+//! verifies for ever, so there is no window to check and the dedup on
+//! `X-GitHub-Delivery` is the only replay protection (see the README).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use super::signature::{self, SignatureError, SigningKeys};
+use super::{Provider, ProviderSpec, Verified, header_str};
+use crate::event::{self, Event, EventError};
+
+const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
+const DELIVERY_HEADER: &str = "X-GitHub-Delivery";
+const EVENT_HEADER: &str = "X-GitHub-Event";
+
+/// GitHub at `/webhooks/github`; secrets from `GITHUB_WEBHOOK_SECRET`.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    name: GitHub::NAME,
+    aliases: &[],
+    secret_help: "GitHub webhook secrets (Settings > Webhooks > your webhook > Secret), \
+                  comma-separated (several during a rotation).",
+    build: |secrets, _tolerance_secs| Ok(Arc::new(GitHub::new(secrets))),
+};
+
+/// Verifies and reads GitHub webhook deliveries.
+#[derive(Debug)]
+pub struct GitHub {
+    keys: SigningKeys,
+}
+
+impl GitHub {
+    /// The provider name stored with each GitHub event.
+    pub const NAME: &'static str = "github";
+
+    /// GitHub keys the HMAC with the secret as text.
+    pub fn new(secrets: &[SecretString]) -> Self {
+        GitHub { keys: SigningKeys::utf8(secrets) }
+    }
+}
+
+impl Provider for GitHub {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn verify<'h>(
+        &self,
+        headers: &'h HeaderMap,
+        body: &[u8],
+        _now: i64,
+    ) -> Result<Verified<'h>, SignatureError> {
+        let header = header_str(headers, SIGNATURE_HEADER)?;
+        let tag = header
+            .strip_prefix("sha256=")
+            .and_then(signature::hex_tag)
+            .ok_or(SignatureError::MalformedHeader(SIGNATURE_HEADER))?;
+        self.keys
+            .position_of_match(&[body], &[tag])
+            .map(|secret_index| Verified { secret_index, signature: header })
+            .ok_or(SignatureError::NoMatchingSignature)
+    }
+
+    fn parse_event<'a>(&self, headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
+        let envelope: Envelope<'a> =
+            serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "GitHub"))?;
+        let header = |name| headers.get(name).and_then(|value| value.to_str().ok()).map(Cow::Borrowed);
+        let event_type = match (header(EVENT_HEADER), envelope.action) {
+            (Some(event), Some(action)) if !action.is_empty() => Some(Cow::Owned(format!("{event}.{action}"))),
+            (event, _) => event,
+        };
+        Ok(Event {
+            id: event::required(header(DELIVERY_HEADER), DELIVERY_HEADER)?,
+            event_type: event::required(event_type, EVENT_HEADER)?,
+            occurred_at: None,
+            notification_id: None,
+            // The whole body is the event: there is no `data` envelope.
+            data: None,
+        })
+    }
+
+    /// The delivery header is the event id; the event header is the type
+    /// without the body's action (GitHub event names have no dot).
+    fn stored_headers(&self, event_id: &str, event_type: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let event = event_type.split('.').next().unwrap_or(event_type);
+        for (name, value) in [(DELIVERY_HEADER, event_id), (EVENT_HEADER, event)] {
+            if let Ok(value) = value.parse() {
+                headers.insert(name, value);
+            }
+        }
+        headers
+    }
+}
+
+/// The one body field the event type needs.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    action: Option<Cow<'a, str>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn github(secrets: &[&str]) -> GitHub {
+        let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
+        GitHub::new(&secrets)
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn the_published_vectors_verify() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/signature-vectors.json")).unwrap();
+        let vectors = vectors["github"].as_array().unwrap();
+        assert!(vectors.len() >= 2);
+        for vector in vectors {
+            let (secret, header, body) = (
+                vector["secret"].as_str().unwrap(),
+                vector["header"].as_str().unwrap(),
+                vector["body"].as_str().unwrap(),
+            );
+            let signed = headers(&[(SIGNATURE_HEADER, header)]);
+            // No timestamp: any `now` verifies.
+            for now in [0, i64::MAX] {
+                let verified = github(&[secret]).verify(&signed, body.as_bytes(), now);
+                assert_eq!(verified.map(|v| v.secret_index), Ok(0), "{}", vector["source"]);
+            }
+
+            // Changing any one byte of the body or the secret fails.
+            for i in 0..body.len() {
+                let mut tampered = body.as_bytes().to_vec();
+                tampered[i] ^= 0x01;
+                assert_eq!(
+                    github(&[secret]).verify(&signed, &tampered, 0).unwrap_err(),
+                    SignatureError::NoMatchingSignature
+                );
+            }
+            for i in 0..secret.len() {
+                let mut wrong = secret.as_bytes().to_vec();
+                wrong[i] ^= 0x01;
+                let wrong = String::from_utf8(wrong).unwrap();
+                assert_eq!(
+                    github(&[&wrong]).verify(&signed, body.as_bytes(), 0).unwrap_err(),
+                    SignatureError::NoMatchingSignature
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn any_configured_secret_verifies_and_its_position_is_reported() {
+        let body = b"{}";
+        let tag = hex::encode(signature::hmac_sha256(b"new", &[body]));
+        let header = format!("sha256={tag}");
+        let signed = headers(&[(SIGNATURE_HEADER, &header)]);
+        let verified = github(&["old", "new"]).verify(&signed, body, 0).unwrap();
+        assert_eq!((verified.secret_index, verified.signature), (1, header.as_str()));
+    }
+
+    #[test]
+    fn malformed_headers_are_told_apart_from_wrong_signatures() {
+        let verifier = github(&["s"]);
+        let verify = |value: &str| verifier.verify(&headers(&[(SIGNATURE_HEADER, value)]), b"{}", 0).unwrap_err();
+        assert_eq!(
+            verifier.verify(&HeaderMap::new(), b"{}", 0).unwrap_err(),
+            SignatureError::MissingHeader(SIGNATURE_HEADER)
+        );
+        let zeros = "0".repeat(64);
+        for bad in ["", "sha256=", "sha256=abc", "sha1=0000", &zeros, &format!("sha512={zeros}")] {
+            assert_eq!(verify(bad), SignatureError::MalformedHeader(SIGNATURE_HEADER), "{bad:?}");
+        }
+        assert_eq!(verify(&format!("sha256={zeros}")), SignatureError::NoMatchingSignature);
+    }
+
+    #[test]
+    fn the_event_id_is_the_delivery_header_and_the_type_adds_the_action() {
+        let delivery = [(DELIVERY_HEADER, "72d3162e-cc78-11e3-81ab-4c9367dc0958"), (EVENT_HEADER, "issues")];
+        let parse = |pairs: &[(&'static str, &str)], body: &'static [u8]| {
+            let headers = headers(pairs);
+            github(&[]).parse_event(&headers, body).map(|e| (e.id.into_owned(), e.event_type.into_owned()))
+        };
+        let id = delivery[0].1.to_string();
+        assert_eq!(parse(&delivery, br#"{"action":"opened","issue":{}}"#), Ok((id.clone(), "issues.opened".into())));
+        assert_eq!(parse(&delivery, br#"{"zen":"Keep it logically awesome."}"#), Ok((id, "issues".into())));
+        assert_eq!(parse(&delivery[1..], b"{}"), Err(EventError::Missing(DELIVERY_HEADER)));
+        assert_eq!(parse(&delivery[..1], br#"{"action":"opened"}"#), Err(EventError::Missing(EVENT_HEADER)));
+        assert_eq!(parse(&delivery, b"payload=%7B%7D"), Err(EventError::NotJson));
+        assert_eq!(parse(&delivery, br#"{"action":1}"#), Err(EventError::NotAnEvent("GitHub")));
+    }
+}

@@ -1,0 +1,221 @@
+//! Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...]`, HMAC-SHA256
+//! keyed with the `whsec_...` secret's UTF-8 bytes as they are (Stripe does
+//! not base64-decode them, unlike Svix) over `<t>.<raw body>`. The event id,
+//! type and creation time are in the body (`id`, `type`, `created`).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
+use secrecy::SecretString;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::signature::SignatureError;
+use super::timestamped::{self, TimestampedVerifier};
+use super::{Provider, ProviderSpec, Verified};
+use crate::event::{self, Event, EventError};
+
+const SIGNATURE_HEADER: &str = "Stripe-Signature";
+/// Stripe adds `v0` (a test-mode scheme) and may add others: only `v1` is checked.
+const FORMAT: timestamped::Format = timestamped::Format {
+    header: SIGNATURE_HEADER,
+    separator: ',',
+    timestamp_key: "t",
+    signature_key: "v1",
+    message_separator: ".",
+};
+
+/// Stripe at `/webhooks/stripe`; secrets from `STRIPE_WEBHOOK_SECRET`.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    name: Stripe::NAME,
+    aliases: &[],
+    secret_help: "Stripe endpoint signing secrets `whsec_...` (Workbench > Webhooks > your endpoint), \
+                  comma-separated (several while rolling a secret).",
+    build: |secrets, tolerance_secs| Ok(Arc::new(Stripe::new(secrets, tolerance_secs))),
+};
+
+/// Verifies and reads Stripe events.
+#[derive(Debug)]
+pub struct Stripe {
+    verifier: TimestampedVerifier,
+}
+
+impl Stripe {
+    /// The provider name stored with each Stripe event.
+    pub const NAME: &'static str = "stripe";
+
+    /// Stripe keys the HMAC with the whole secret as text, `whsec_` prefix included.
+    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Self {
+        Stripe { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs) }
+    }
+}
+
+impl Provider for Stripe {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn verify<'h>(
+        &self,
+        headers: &'h HeaderMap,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified<'h>, SignatureError> {
+        self.verifier.verify(headers, body, now)
+    }
+
+    fn parse_event<'a>(&self, _headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
+        let envelope: Envelope<'a> =
+            serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "Stripe"))?;
+        let occurred_at = match envelope.created {
+            Some(secs) => {
+                Some(DateTime::<Utc>::from_timestamp(secs, 0).ok_or(EventError::InvalidTimestamp("created"))?)
+            }
+            None => None,
+        };
+        Ok(Event {
+            id: event::required(envelope.id, "id")?,
+            event_type: event::required(envelope.event_type, "type")?,
+            occurred_at,
+            notification_id: None,
+            data: envelope.data,
+        })
+    }
+}
+
+/// The top level of a Stripe event object.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, rename = "type")]
+    event_type: Option<Cow<'a, str>>,
+    created: Option<i64>,
+    #[serde(borrow)]
+    data: Option<&'a RawValue>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::signature;
+    use axum::http::HeaderValue;
+
+    fn stripe(secrets: &[&str]) -> Stripe {
+        let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
+        Stripe::new(&secrets, 300)
+    }
+
+    fn headers(signature: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(SIGNATURE_HEADER, HeaderValue::from_str(signature).unwrap());
+        headers
+    }
+
+    fn sign(secret: &str, t: i64, body: &[u8]) -> String {
+        let tag = signature::hmac_sha256(secret.as_bytes(), &[t.to_string().as_bytes(), b".", body]);
+        format!("t={t},v1={}", hex::encode(tag))
+    }
+
+    #[test]
+    fn the_published_vectors_verify() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/signature-vectors.json")).unwrap();
+        let vectors = vectors["stripe"].as_array().unwrap();
+        assert!(!vectors.is_empty());
+        for vector in vectors {
+            let (secret, header, body) = (
+                vector["secret"].as_str().unwrap(),
+                vector["header"].as_str().unwrap(),
+                vector["body"].as_str().unwrap(),
+            );
+            let t = vector["t"].as_i64().unwrap();
+            let signed = headers(header);
+            let verified = stripe(&[secret]).verify(&signed, body.as_bytes(), t);
+            assert_eq!(verified.map(|v| v.secret_index), Ok(0), "{}", vector["source"]);
+
+            // Changing any one byte of the body, the timestamp or the secret fails.
+            for i in 0..body.len() {
+                let mut tampered = body.as_bytes().to_vec();
+                tampered[i] ^= 0x01;
+                assert!(stripe(&[secret]).verify(&signed, &tampered, t).is_err());
+            }
+            let other_t = header.replacen(&format!("t={t}"), &format!("t={}", t + 1), 1);
+            assert_eq!(
+                stripe(&[secret]).verify(&headers(&other_t), body.as_bytes(), t).unwrap_err(),
+                SignatureError::NoMatchingSignature
+            );
+            for i in 0..secret.len() {
+                let mut wrong = secret.as_bytes().to_vec();
+                wrong[i] ^= 0x01;
+                let wrong = String::from_utf8(wrong).unwrap();
+                assert_eq!(
+                    stripe(&[&wrong]).verify(&signed, body.as_bytes(), t).unwrap_err(),
+                    SignatureError::NoMatchingSignature
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_key_is_the_whole_secret_as_text_neither_stripped_nor_decoded() {
+        use base64::Engine as _;
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let body = b"{}";
+        let decoded = base64::engine::general_purpose::STANDARD.decode(&secret[6..]).unwrap();
+        let signed_with = |key: &[u8]| {
+            let header = format!("t=1000,v1={}", hex::encode(signature::hmac_sha256(key, &[b"1000.", body])));
+            stripe(&[secret]).verify(&headers(&header), body, 1000).map(|v| v.secret_index)
+        };
+        assert_eq!(signed_with(secret.as_bytes()), Ok(0));
+        assert_eq!(signed_with(&secret.as_bytes()[6..]), Err(SignatureError::NoMatchingSignature));
+        assert_eq!(signed_with(&decoded), Err(SignatureError::NoMatchingSignature));
+    }
+
+    #[test]
+    fn any_configured_secret_and_any_v1_entry_verify_and_the_window_applies() {
+        let body = br#"{"id":"evt_1"}"#;
+        let valid = sign("whsec_new", 1000, body);
+        let rolled = format!("t=1000,v1={},{},v0=abc", "0".repeat(64), valid.split_once(',').unwrap().1);
+        let rolled_headers = headers(&rolled);
+        let verified = stripe(&["whsec_old", "whsec_new"]).verify(&rolled_headers, body, 1000).unwrap();
+        assert_eq!((verified.secret_index, verified.signature), (1, rolled.as_str()));
+
+        let verifier = stripe(&["whsec_new"]);
+        assert_eq!(verifier.verify(&headers(&valid), body, 1301).unwrap_err(), SignatureError::TimestampTooOld);
+        assert_eq!(
+            verifier.verify(&headers(&sign("whsec_new", 1301, body)), body, 1000).unwrap_err(),
+            SignatureError::TimestampInFuture
+        );
+    }
+
+    #[test]
+    fn malformed_headers_are_told_apart_from_wrong_signatures() {
+        let verifier = stripe(&["whsec_s"]);
+        let malformed = SignatureError::MalformedHeader(SIGNATURE_HEADER);
+        assert_eq!(verifier.verify(&HeaderMap::new(), b"", 0).unwrap_err(), SignatureError::MissingHeader(SIGNATURE_HEADER));
+        for bad in ["", "t=1", "v1=00", "t=1;v1=00", "t=abc,v1=00", "t=1,t=1,v1=00", "t=1,v0=00"] {
+            assert_eq!(verifier.verify(&headers(bad), b"", 1).unwrap_err(), malformed, "{bad:?}");
+        }
+        assert_eq!(verifier.verify(&headers("t=1,v1=nothex"), b"", 1).unwrap_err(), SignatureError::NoMatchingSignature);
+    }
+
+    #[test]
+    fn the_event_is_read_from_the_body() {
+        let body = br#"{"id":"evt_1","object":"event","type":"invoice.paid","created":1700000000,"data":{"object":{"id":"in_1"}}}"#;
+        let no_headers = HeaderMap::new();
+        let event = stripe(&[]).parse_event(&no_headers, body).unwrap();
+        assert_eq!((event.id.as_ref(), event.event_type.as_ref()), ("evt_1", "invoice.paid"));
+        assert_eq!(event.occurred_at.unwrap().timestamp(), 1700000000);
+        assert_eq!(event.data.unwrap().get(), r#"{"object":{"id":"in_1"}}"#);
+
+        let parse = |body: &[u8]| stripe(&[]).parse_event(&HeaderMap::new(), body).unwrap_err();
+        assert_eq!(parse(b"not json"), EventError::NotJson);
+        assert_eq!(parse(br#"{"type":"x"}"#), EventError::Missing("id"));
+        assert_eq!(parse(br#"{"id":"evt_1"}"#), EventError::Missing("type"));
+        assert_eq!(parse(br#"{"id":"evt_1","type":"x","created":"today"}"#), EventError::NotAnEvent("Stripe"));
+        assert_eq!(parse(br#"{"id":"evt_1","type":"x","created":9223372036854775807}"#), EventError::InvalidTimestamp("created"));
+    }
+}

@@ -1,0 +1,126 @@
+//! The scheme Paddle and Stripe share: one header holding a timestamp and
+//! one or more hex HMAC-SHA256 signatures (`ts=<unix>;h1=<hex>`,
+//! `t=<unix>,v1=<hex>`), keyed with the secrets' UTF-8 bytes, over the
+//! timestamp as sent, a separator and the raw body.
+
+use axum::http::HeaderMap;
+use secrecy::SecretString;
+
+use super::signature::{self, SignatureError, SigningKeys, TAG_LEN};
+use super::{Verified, header_str};
+
+/// How a provider lays out the header and the signed message.
+#[derive(Debug)]
+pub struct Format {
+    /// The header's name, for the reasons given on rejection.
+    pub header: &'static str,
+    /// Between `key=value` entries.
+    pub separator: char,
+    /// The key of the (single) timestamp entry.
+    pub timestamp_key: &'static str,
+    /// The key of the signature entries; there may be several (rotation).
+    pub signature_key: &'static str,
+    /// Between the timestamp and the body in the signed message.
+    pub message_separator: &'static str,
+}
+
+/// Verifies requests signed in `format`.
+#[derive(Debug)]
+pub struct TimestampedVerifier {
+    format: &'static Format,
+    keys: SigningKeys,
+    tolerance_secs: u64,
+}
+
+impl TimestampedVerifier {
+    /// The secrets are used as text: their UTF-8 bytes are the HMAC keys.
+    pub fn new(format: &'static Format, secrets: &[SecretString], tolerance_secs: u64) -> Self {
+        TimestampedVerifier { format, keys: SigningKeys::utf8(secrets), tolerance_secs }
+    }
+
+    /// Checks the header against the raw body at time `now` (unix seconds).
+    pub fn verify<'h>(
+        &self,
+        headers: &'h HeaderMap,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified<'h>, SignatureError> {
+        let header = header_str(headers, self.format.header)?;
+        let parsed = SignatureHeader::parse(header, self.format)?;
+        signature::check_timestamp(parsed.timestamp, now, self.tolerance_secs)?;
+        // The timestamp exactly as sent (not a re-rendering), the separator, the raw body.
+        let message = [parsed.ts.as_bytes(), self.format.message_separator.as_bytes(), body];
+        self.keys
+            .position_of_match(&message, &parsed.tags)
+            .map(|secret_index| Verified { secret_index, signature: header })
+            .ok_or(SignatureError::NoMatchingSignature)
+    }
+}
+
+/// A parsed signature header.
+#[derive(Debug, PartialEq)]
+struct SignatureHeader<'h> {
+    ts: &'h str,
+    timestamp: i64,
+    /// Every signature that decodes as a SHA-256 tag; any may match.
+    tags: Vec<[u8; TAG_LEN]>,
+}
+
+impl<'h> SignatureHeader<'h> {
+    /// Parses `header` laid out as `format` says. Unknown keys are ignored (both
+    /// Paddle and Stripe add keys over time, e.g. Stripe's `v0`), and a
+    /// signature that is not 64 hex digits is one that matches nothing; no
+    /// timestamp, two of them, or no signature entry at all is malformed.
+    fn parse(header: &'h str, format: &Format) -> Result<Self, SignatureError> {
+        let malformed = SignatureError::MalformedHeader(format.header);
+        let mut ts = None;
+        let mut tags = Vec::new();
+        let mut signature_entries = 0usize;
+        for part in header.split(format.separator) {
+            let (key, value) = part.split_once('=').ok_or(malformed)?;
+            match key.trim() {
+                key if key == format.timestamp_key && ts.is_none() => ts = Some(value.trim()),
+                key if key == format.timestamp_key => return Err(malformed),
+                key if key == format.signature_key => {
+                    signature_entries += 1;
+                    tags.extend(signature::hex_tag(value.trim()));
+                }
+                _ => {}
+            }
+        }
+        let ts = ts.ok_or(malformed)?;
+        let timestamp = signature::parse_unix_seconds(ts).ok_or(malformed)?;
+        if signature_entries == 0 {
+            return Err(malformed);
+        }
+        Ok(SignatureHeader { ts, timestamp, tags })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORMAT: Format = Format {
+        header: "X-Sig",
+        separator: ',',
+        timestamp_key: "t",
+        signature_key: "v1",
+        message_separator: ".",
+    };
+
+    #[test]
+    fn headers_follow_their_format() {
+        let tag = "ab".repeat(TAG_LEN);
+        let header = format!("t=12, v0=zz,v1=nothex,v1={tag}");
+        let parsed = SignatureHeader::parse(&header, &FORMAT).unwrap();
+        assert_eq!((parsed.ts, parsed.timestamp, parsed.tags), ("12", 12, vec![[0xab; TAG_LEN]]));
+        for bad in ["", "t=1", "v1=00", "t=x,v1=00", "t=1,t=1,v1=00", "t=1;v1=00", "t=1,v1"] {
+            assert_eq!(
+                SignatureHeader::parse(bad, &FORMAT),
+                Err(SignatureError::MalformedHeader("X-Sig")),
+                "{bad:?}"
+            );
+        }
+    }
+}
