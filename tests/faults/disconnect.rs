@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use crate::support::provider::attempt;
 use crate::support::service::database_url;
 use crate::support::socket::request_bytes;
-use crate::support::watch::{Gate, service_sessions, until_waiting_on};
+use crate::support::watch::{Gate, quiet_service_sessions, service_sessions, until_waiting_on};
 use crate::support::*;
 
 /// How a client leaves without reading the answer.
@@ -118,7 +118,7 @@ async fn a_client_that_vanishes_mid_body_leaves_nothing_and_never_reaches_the_da
     let db = TestDatabase::create().await;
     let service = Service::start(&database_url(&db.connect_options()), &[]).await;
     let event = Event::mixed("half", 1).remove(0);
-    let before = service_sessions(db.pool()).await;
+    let before = quiet_service_sessions(db.pool()).await;
 
     let bytes = request_bytes(&event.delivery);
     for leave in [Leave::Close, Leave::Reset] {

@@ -12,7 +12,7 @@ use tokio::sync::Barrier;
 use crate::support::provider::attempt;
 use crate::support::service::database_url;
 use crate::support::socket::{self, request_bytes};
-use crate::support::watch::service_sessions;
+use crate::support::watch::{quiet_service_sessions, service_sessions};
 use crate::support::*;
 
 /// How a slow client behaves.
@@ -102,7 +102,7 @@ async fn slow_clients_are_cut_off_at_the_read_timeout_without_reaching_the_datab
         &[("REQUEST_READ_TIMEOUT_SECS", "1"), ("DB_MAX_CONNECTIONS", "2"), ("DB_ACQUIRE_TIMEOUT_MS", "300")],
     )
     .await;
-    let before = service_sessions(db.pool()).await;
+    let before = quiet_service_sessions(db.pool()).await;
 
     // Twenty slow clients at once, five of each kind.
     let event = Event::mixed("slow", 2);

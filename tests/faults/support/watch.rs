@@ -31,6 +31,23 @@ pub async fn service_sessions(pool: &PgPool) -> Vec<Session> {
     .unwrap()
 }
 
+/// The service's sessions once it is quiet: every session idle, and the
+/// view unchanged 50 ms later. A just-started service runs its startup work
+/// (migrations, the first retention purge) before it is.
+pub async fn quiet_service_sessions(pool: &PgPool) -> Vec<Session> {
+    for _ in 0..200 {
+        let first = service_sessions(pool).await;
+        if first.iter().all(|session| session.state.as_deref() == Some("idle")) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if service_sessions(pool).await == first {
+                return first;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the service never went quiet");
+}
+
 /// How many of the service's sessions wait on a lock of `kind`
 /// (`transactionid`: a dedup row; `advisory`: a test's gate).
 pub async fn waiting_on(pool: &PgPool, kind: &str) -> i64 {
