@@ -10,7 +10,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use secrecy::SecretString;
 
+use crate::handlers::Handlers;
 use crate::handlers::billing::PriceCredits;
+use crate::operations::{Age, RetentionPolicy};
 use crate::outbox::Retry;
 use crate::providers::ProviderConfig;
 
@@ -61,13 +63,29 @@ pub struct ServeConfig {
     #[arg(long, env = "REQUEST_READ_TIMEOUT_SECS", default_value_t = 10)]
     pub request_read_timeout_secs: u64,
 
-    /// Credits per unit of each Paddle price, e.g. `pri_a=100,pri_b=500`.
-    #[arg(long, env = "PADDLE_PRICE_CREDITS", default_value = "")]
-    pub paddle_price_credits: PriceCredits,
+    /// What the event handlers need.
+    #[command(flatten)]
+    pub handlers: HandlersConfig,
 
     /// On SIGTERM or Ctrl-C, how long in-flight deliveries get to finish before the process exits.
     #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 25)]
     pub shutdown_grace_secs: u64,
+
+    /// Skip applying migrations at startup (run `webhook-inbox migrate` as a deploy step instead); the schema is still checked.
+    #[arg(long)]
+    pub no_migrate: bool,
+
+    /// Bearer token of the admin API under /admin (at least 16 characters). Unset: /admin answers 404.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub admin_token: Option<SecretString>,
+
+    /// Bearer token GET /metrics requires. Unset: /metrics is open (keep it off the public internet).
+    #[arg(long, env = "METRICS_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub metrics_token: Option<SecretString>,
+
+    /// How long archive rows are kept.
+    #[command(flatten)]
+    pub retention: RetentionConfig,
 
     /// The outbox worker and its SMTP server.
     #[command(flatten)]
@@ -125,6 +143,56 @@ impl ServeConfig {
     /// The body and header read timeout.
     pub fn request_read_timeout(&self) -> Duration {
         Duration::from_secs(self.request_read_timeout_secs)
+    }
+}
+
+/// What the event handlers need beyond the event; shared by `serve` and
+/// `events reprocess`, which run the same handlers.
+#[derive(Debug, Clone, Args)]
+pub struct HandlersConfig {
+    /// Credits per unit of each Paddle price, e.g. `pri_a=100,pri_b=500`.
+    #[arg(long, env = "PADDLE_PRICE_CREDITS", default_value = "")]
+    pub paddle_price_credits: PriceCredits,
+}
+
+impl HandlersConfig {
+    /// The handlers, configured. Warns when no price grants credits: an
+    /// event applied then (reprocessed ones too) is never credited later.
+    pub fn handlers(&self) -> Handlers {
+        if self.paddle_price_credits.is_empty() {
+            tracing::warn!("PADDLE_PRICE_CREDITS is empty: Paddle events applied now grant no credits");
+        }
+        Handlers { price_credits: self.paddle_price_credits.clone() }
+    }
+}
+
+/// Retention of archive rows, which `serve` applies in the background.
+#[derive(Debug, Clone, Args)]
+pub struct RetentionConfig {
+    /// Days PROCESSED and SKIPPED archive rows are kept before `serve` purges them; 0 turns retention off.
+    #[arg(long, env = "ARCHIVE_RETENTION_DAYS", default_value_t = 90)]
+    pub archive_retention_days: u32,
+
+    /// Days FAILED archive rows are kept (at least ARCHIVE_RETENTION_DAYS); 0 keeps them forever.
+    #[arg(long, env = "FAILED_RETENTION_DAYS", default_value_t = DEFAULT_FAILED_RETENTION_DAYS)]
+    pub failed_retention_days: u32,
+}
+
+/// FAILED rows are kept twice as long as the others by default, so nobody
+/// loses a failure before looking at it.
+pub const DEFAULT_FAILED_RETENTION_DAYS: u32 = 180;
+
+impl RetentionConfig {
+    /// The policy, or `None` when retention is off.
+    pub fn policy(&self) -> anyhow::Result<Option<RetentionPolicy>> {
+        if self.archive_retention_days == 0 {
+            return Ok(None);
+        }
+        let policy = RetentionPolicy::new(
+            Age::days(self.archive_retention_days),
+            Some(Age::days(self.failed_retention_days)),
+        )?;
+        Ok(Some(policy))
     }
 }
 

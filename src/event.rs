@@ -42,6 +42,9 @@ pub enum EventError {
     /// A timestamp field that does not parse.
     #[error("invalid {0}")]
     InvalidTimestamp(&'static str),
+    /// An object repeats a key, which readers of JSON resolve differently.
+    #[error("body repeats a key in a JSON object")]
+    DuplicateKey,
 }
 
 impl EventError {

@@ -16,6 +16,10 @@ pub mod handlers;
 pub mod http;
 /// The one-transaction-per-delivery core: archive, dedup, handler.
 pub mod inbox;
+/// Prometheus metrics.
+pub mod monitoring;
+/// What operators do with the archive: list, show, reprocess, purge.
+pub mod operations;
 /// Effects that leave the database: emails enqueued by handlers, sent by a worker.
 pub mod outbox;
 /// Signature verification and event extraction, one module per provider.

@@ -1,10 +1,20 @@
 //! The `webhook-inbox` command line: one binary, one subcommand per job.
+//! Every subcommand uses the same database configuration (and the embedded
+//! PostgreSQL default) as `serve`; output goes to stdout, logs to stderr.
 
+mod events;
+mod migrate;
+mod purge;
 mod serve;
+mod table;
+
+use std::io::Write;
 
 use clap::{Parser, Subcommand};
+use tracing::Instrument;
 
 use crate::config::{DatabaseConfig, LogFormat, ServeConfig};
+use crate::db::Database;
 
 /// Verified, archived, exactly-once webhook intake for Paddle, Clerk and more.
 #[derive(Debug, Parser)]
@@ -26,13 +36,45 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Receive webhooks over HTTP (applies migrations first).
+    /// Receive webhooks over HTTP (applies migrations first, unless --no-migrate).
     Serve(ServeConfig),
+    /// Find, inspect and reprocess archived deliveries.
+    #[command(subcommand)]
+    Events(events::EventsCommand),
+    /// Delete archive rows past their retention age; the dedup table is never touched.
+    Purge(purge::PurgeArgs),
+    /// Apply the database migrations and exit (then run `serve --no-migrate`).
+    Migrate,
 }
 
-/// Runs the parsed command line to completion.
+/// Runs the parsed command line to completion, output to stdout.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Serve(config) => serve::run(&cli.database, config).await,
+    run_with(cli, &mut std::io::stdout()).await
+}
+
+/// Runs the parsed command line to completion, output to `out`.
+///
+/// Every command but `serve` runs in a span with a fresh `request_id`, the
+/// field HTTP requests log under, which a reprocess also stores in the
+/// archive rows it writes.
+pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
+    let command = match cli.command {
+        Command::Serve(config) => return serve::run(&cli.database, config).await,
+        command => command,
+    };
+    let request_id = uuid::Uuid::now_v7().to_string();
+    let span = tracing::info_span!("command", request_id);
+    async {
+        let db = Database::connect(&cli.database).await?;
+        let result = match command {
+            Command::Serve(_) => unreachable!("handled above"),
+            Command::Events(events) => events::run(&db.pool, events, &request_id, out).await,
+            Command::Purge(args) => purge::run(&db.pool, args, out).await,
+            Command::Migrate => migrate::run(&db.pool, out).await,
+        };
+        db.close().await;
+        result
     }
+    .instrument(span)
+    .await
 }

@@ -4,46 +4,80 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{DatabaseConfig, OutboxConfig, ServeConfig};
 use crate::db::{self, Database};
-use crate::handlers::Handlers;
-use crate::http::{self, AppState, Limits};
+use crate::http::{self, AppState, BearerToken, Limits};
+use crate::operations::retention;
 use crate::outbox::{Mailer, Templates, Worker};
 use crate::providers::Registry;
+
+/// How often retention purges the archive.
+const RETENTION_EVERY: Duration = Duration::from_secs(3600);
 
 /// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
 pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Result<()> {
     let providers = Registry::configure(&config.providers, config.signature_tolerance_secs)?;
     let mailer = mailer(&config.outbox)?;
+    let retention = config.retention.policy()?;
+    let admin_token = token(config.admin_token.as_ref(), "ADMIN_TOKEN")?;
+    let metrics_token = token(config.metrics_token.as_ref(), "METRICS_TOKEN")?;
     let listener = TcpListener::bind(config.listen_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
     let db = Database::connect(database).await?;
-    db::MIGRATOR.run(&db.pool).await.context("applying migrations")?;
+    let migrated = match config.no_migrate {
+        true => db::check_migrated(&db.pool).await,
+        false => db::MIGRATOR.run(&db.pool).await.context("applying migrations"),
+    };
+    if let Err(error) = migrated {
+        // Stops an embedded server before giving up, rather than orphan it.
+        db.close().await;
+        return Err(error);
+    }
     let poll_interval = Duration::from_millis(config.outbox.outbox_poll_interval_ms);
     let worker = mailer
         .map(|mailer| Worker::new(db.pool.clone(), mailer, config.outbox.retry(), poll_interval).spawn());
 
-    let state = AppState::new(
+    let mut state = AppState::new(
         db.pool.clone(),
         providers,
-        Handlers { price_credits: config.paddle_price_credits.clone() },
+        config.handlers.handlers(),
         Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
     );
+    if let Some(token) = admin_token {
+        state = state.with_admin_token(token);
+    }
+    if let Some(token) = metrics_token {
+        state = state.with_metrics_token(token);
+    }
     tracing::info!(
         addr = %listener.local_addr()?,
         enabled = ?state.providers.names(),
+        admin_api = state.admin_token.is_some(),
         "listening"
     );
+
+    // One signal stops both the server and the background work.
+    let stop = CancellationToken::new();
+    let retention = retention
+        .map(|policy| tokio::spawn(retention::run(db.pool.clone(), policy, RETENTION_EVERY, stop.clone())));
+    let shutdown = {
+        let stop = stop.clone();
+        async move {
+            shutdown_signal().await;
+            stop.cancel();
+        }
+    };
     http::serve(
         listener,
         http::app(state.clone()),
         state.tasks.clone(),
         config.request_read_timeout(),
-        shutdown_signal(),
+        shutdown,
         Duration::from_secs(config.shutdown_grace_secs),
     )
     .await;
@@ -52,8 +86,20 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     if let Some(worker) = worker {
         worker.stop().await;
     }
+    if let Some(retention) = retention {
+        // A purge batch in progress finishes (it is short) before the pool closes.
+        let _ = retention.await;
+    }
     db.close().await;
     Ok(())
+}
+
+/// A configured bearer token; unset or empty means the endpoint's default.
+fn token(secret: Option<&SecretString>, name: &str) -> anyhow::Result<Option<BearerToken>> {
+    match secret.filter(|secret| !secret.expose_secret().is_empty()) {
+        Some(secret) => Ok(Some(BearerToken::new(secret).context(name.to_string())?)),
+        None => Ok(None),
+    }
 }
 
 /// The outbox's mailer, or `None` (with a warning) without `SMTP_URL`.

@@ -12,6 +12,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use crate::config::DatabaseConfig;
 use embedded::{EmbeddedOptions, EmbeddedPostgres};
 
+/// How long closing waits for connections still in use to come back.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The schema migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 
@@ -45,8 +48,15 @@ impl Database {
 
     /// Closes the pool, then stops the embedded server if this process owns
     /// it and nobody else uses it.
+    ///
+    /// Why bounded: a delivery still running after the shutdown grace period
+    /// (a hung handler, a long lock wait) holds its connection; waiting for
+    /// it would make the grace period no bound at all. Abandoned, its
+    /// transaction rolls back when its session ends with the process.
     pub async fn close(self) {
-        self.pool.close().await;
+        if tokio::time::timeout(CLOSE_TIMEOUT, self.pool.close()).await.is_err() {
+            tracing::warn!("closing with database connections still in use; their transactions roll back");
+        }
         if let Some(embedded) = self.embedded {
             match tokio::task::spawn_blocking(move || embedded.stop()).await {
                 Ok(Ok(())) => {}
@@ -55,6 +65,32 @@ impl Database {
             }
         }
     }
+}
+
+/// Fails unless every migration this build embeds has been applied: what
+/// `serve --no-migrate` checks before serving on a schema it did not migrate.
+pub async fn check_migrated(pool: &PgPool) -> anyhow::Result<()> {
+    let applied: Vec<i64> = match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+    {
+        Ok(applied) => applied,
+        // undefined_table: never migrated.
+        Err(error) if error.as_database_error().and_then(|e| e.code()).as_deref() == Some("42P01") => {
+            Vec::new()
+        }
+        Err(error) => return Err(error).context("reading the applied migrations"),
+    };
+    let missing: Vec<i64> = MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .filter(|version| !applied.contains(version))
+        .collect();
+    anyhow::ensure!(
+        missing.is_empty(),
+        "the database lacks migrations {missing:?}: run `webhook-inbox migrate` first (or serve without --no-migrate)"
+    );
+    Ok(())
 }
 
 /// The pool's limits, from configuration.

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::event::EventError;
 use crate::inbox::InboxError;
+use crate::operations::ReprocessError;
 use crate::providers::SignatureError;
 
 /// Seconds a provider is asked to wait before retrying a 503.
@@ -42,6 +43,18 @@ pub enum ApiError {
     /// The transaction could not run; nothing was committed.
     #[error(transparent)]
     Inbox(#[from] InboxError),
+    /// An operator endpoint without the right bearer token: 401.
+    #[error("{0}")]
+    BadToken(&'static str),
+    /// An operator request with an invalid parameter or body: 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No archive row has this id: 404.
+    #[error("archived event {0} not found")]
+    EventNotFound(i64),
+    /// An archived row that cannot be reprocessed as stored: 422.
+    #[error("{0}")]
+    Unprocessable(String),
     /// The route is unknown: 404.
     #[error("not found")]
     NotFound,
@@ -57,8 +70,12 @@ impl ApiError {
     /// The HTTP status of each answer.
     pub fn status_code(&self) -> StatusCode {
         match self {
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::InvalidEvent(_) | ApiError::BodyRead => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) | ApiError::BadToken(_) => StatusCode::UNAUTHORIZED,
+            ApiError::InvalidEvent(_) | ApiError::BodyRead | ApiError::BadRequest(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::EventNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::ProviderDisabled(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -75,7 +92,7 @@ impl ApiError {
     /// The word recorded as the request span's `outcome`.
     pub fn outcome(&self) -> &'static str {
         match self {
-            ApiError::Unauthorized(_) => "rejected",
+            ApiError::Unauthorized(_) | ApiError::BadToken(_) => "rejected",
             ApiError::HandlerFailed { .. } => "failed",
             ApiError::Inbox(InboxError::Busy) => "busy",
             ApiError::Inbox(InboxError::Unavailable(_)) | ApiError::ProviderDisabled(_) => "unavailable",
@@ -108,6 +125,28 @@ impl IntoResponse for ApiError {
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         }
+        if let ApiError::BadToken(_) = self {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         response
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    /// A failed query of an operator endpoint, classified like a delivery's.
+    fn from(error: sqlx::Error) -> Self {
+        ApiError::Inbox(error.into())
+    }
+}
+
+impl From<ReprocessError> for ApiError {
+    fn from(error: ReprocessError) -> Self {
+        match error {
+            ReprocessError::NotFound(id) => ApiError::EventNotFound(id),
+            ReprocessError::Inbox(error) => ApiError::Inbox(error),
+            unprocessable @ (ReprocessError::UnknownProvider(_) | ReprocessError::Unreadable(_)) => {
+                ApiError::Unprocessable(unprocessable.to_string())
+            }
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! HTTP: the routes, their answers, and the server around them.
 
+mod admin;
+mod auth;
 mod error;
 mod health;
+mod metrics;
 mod serve;
 mod webhook;
 
@@ -18,8 +21,10 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
-use crate::handlers::Handlers;
+use crate::inbox::Effects;
+use crate::monitoring::Metrics;
 use crate::providers::{self, Registry};
+pub use auth::{BearerToken, TokenTooShort};
 pub use error::ApiError;
 pub use serve::serve;
 
@@ -39,24 +44,45 @@ pub struct AppState {
     pub pool: PgPool,
     /// The enabled providers.
     pub providers: Arc<Registry>,
-    /// The side effects and their configuration.
-    pub handlers: Arc<Handlers>,
+    /// The side effects of events: the domain's `Handlers` in the service.
+    pub handlers: Arc<dyn Effects>,
     /// Bounds on request bodies.
     pub limits: Limits,
     /// Deliveries in flight, which shutdown waits for.
     pub tasks: TaskTracker,
+    /// What `GET /metrics` shows.
+    pub metrics: Arc<Metrics>,
+    /// The admin API's token; `None`: the whole `/admin` tree answers 404.
+    pub admin_token: Option<BearerToken>,
+    /// The token `GET /metrics` requires; `None`: open.
+    pub metrics_token: Option<BearerToken>,
 }
 
 impl AppState {
     /// State with no deliveries in flight yet.
-    pub fn new(pool: PgPool, providers: Registry, handlers: Handlers, limits: Limits) -> Self {
+    pub fn new(pool: PgPool, providers: Registry, handlers: impl Effects + 'static, limits: Limits) -> Self {
         AppState {
             pool,
+            metrics: Metrics::new(&providers.names()),
             providers: Arc::new(providers),
             handlers: Arc::new(handlers),
             limits,
             tasks: TaskTracker::new(),
+            admin_token: None,
+            metrics_token: None,
         }
+    }
+
+    /// Turns the admin API on, behind `token`.
+    pub fn with_admin_token(mut self, token: BearerToken) -> Self {
+        self.admin_token = Some(token);
+        self
+    }
+
+    /// Puts `GET /metrics` behind `token`.
+    pub fn with_metrics_token(mut self, token: BearerToken) -> Self {
+        self.metrics_token = Some(token);
+        self
     }
 }
 
@@ -74,9 +100,14 @@ pub fn app(state: AppState) -> Router {
             router = router.route(alias, post(receive));
         }
     }
-    router
+    router = router
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics));
+    if state.admin_token.is_some() {
+        router = router.nest("/admin", admin::router(state.clone()));
+    }
+    router
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -26,11 +26,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) -> bool {
-    let mut builder = Builder::new(TokioExecutor::new());
-    // Slow clients: a connection that does not send its headers in time is
-    // closed (hyper needs a timer for the timeout to apply). The body has its
-    // own timeout in the webhook handler.
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+    // HTTP/1.1 only. Slow clients: a connection that does not send a
+    // complete request head within the timeout, counted from the moment it
+    // is accepted or its previous answer was sent, is closed (hyper needs a
+    // timer for the timeout to apply). The body has its own timeout in the
+    // webhook handler. Why not HTTP/2 too: cleartext HTTP/2 (prior
+    // knowledge) has no such timeout, and a connection that never sends its
+    // first bytes, while the protocol is still undecided, would be held open
+    // forever. Providers reach the service through a TLS-terminating proxy
+    // that speaks HTTP/1.1 to it.
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
     let connections = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
 
@@ -52,8 +58,7 @@ pub async fn serve(
         let service = TowerToHyperService::new(
             app.clone().map_request(|request: hyper::Request<Incoming>| request.map(axum::body::Body::new)),
         );
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-        let connection = connections.watch(connection);
+        let connection = connections.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");

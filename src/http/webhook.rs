@@ -2,7 +2,7 @@
 //! transaction in a task of its own.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Body;
@@ -18,7 +18,8 @@ use super::AppState;
 use super::error::ApiError;
 use crate::event::EventError;
 use crate::inbox::{self, Delivery, Outcome};
-use crate::providers::{self, Provider};
+use crate::monitoring::ProviderMetrics;
+use crate::providers::{self, Provider, json};
 
 /// Longest request id kept in the archive; longer client-sent ids are dropped.
 const MAX_REQUEST_ID_LEN: usize = 128;
@@ -39,17 +40,22 @@ pub async fn receive(
     provider_name: &str,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
+    let started = Instant::now();
+    // Counted under names that exist only: a path anyone can type must not
+    // create metric series.
+    let metrics = (state.providers.get(provider_name).is_some() || providers::is_built_in(provider_name))
+        .then(|| state.metrics.provider(provider_name));
     let result = receive_inner(state, provider_name, request).await;
-    let span = Span::current();
-    span.record(
-        "outcome",
-        match &result {
-            Ok((Outcome::Processed { .. }, _)) => "processed",
-            Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
-            Ok((Outcome::Failed { .. }, _)) => "failed",
-            Err(error) => error.outcome(),
-        },
-    );
+    let outcome = match &result {
+        Ok((Outcome::Processed { .. }, _)) => "processed",
+        Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
+        Ok((Outcome::Failed { .. }, _)) => "failed",
+        Err(error) => error.outcome(),
+    };
+    Span::current().record("outcome", outcome);
+    if let Some(metrics) = metrics {
+        metrics.answered(outcome, started.elapsed());
+    }
     match result? {
         (Outcome::Processed { .. }, event_id) => {
             Ok(Json(json!({ "event_id": event_id, "status": "processed" })))
@@ -86,8 +92,9 @@ async fn receive_inner(
     // cancel it half way: the transaction commits or rolls back as a whole.
     // The tracker lets shutdown wait for it.
     let tasks = state.tasks.clone();
+    let metrics = state.metrics.provider(provider.name());
     let task = tasks.spawn(
-        async move { verify_and_deliver(&state, provider, &parts.headers, &body).await }
+        async move { verify_and_deliver(&state, provider, &metrics, &parts.headers, &body).await }
             .instrument(Span::current()),
     );
     task.await.map_err(|_| ApiError::Internal)?
@@ -111,6 +118,7 @@ async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<
 async fn verify_and_deliver(
     state: &AppState,
     provider: Arc<dyn Provider>,
+    metrics: &ProviderMetrics,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<(Outcome, String), ApiError> {
@@ -119,8 +127,11 @@ async fn verify_and_deliver(
     // request must not be able to write anything.
     let verified = provider.verify(headers, body, now).inspect_err(|reason| {
         tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
+        metrics.rejected(reason);
     })?;
+    metrics.verified();
     let payload = std::str::from_utf8(body).map_err(|_| EventError::NotJson)?;
+    json::check_unique_keys(payload)?;
     let event = provider.parse_event(headers, body)?;
     Span::current().record("event_id", event.id.as_ref());
     let event_id = event.id.to_string();
@@ -133,7 +144,11 @@ async fn verify_and_deliver(
         signature: verified.signature,
         secret_index: Some(verified.secret_index),
         request_id,
+        reprocess_of: None,
     };
-    let outcome = inbox::deliver(&state.pool, &state.handlers, &delivery).await?;
+    let outcome = inbox::deliver(&state.pool, &*state.handlers, &delivery).await?;
+    if let Outcome::Processed { .. } = outcome {
+        metrics.processed(delivery.event.occurred_at);
+    }
     Ok((outcome, event_id))
 }

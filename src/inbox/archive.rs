@@ -25,8 +25,8 @@ pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery<'_>) 
          )
          INSERT INTO webhook_events
              (provider, event_id, event_type, payload, signature, secret_index,
-              notification_id, request_id, occurred_at, processing_status, processed_at)
-         SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9,
+              notification_id, request_id, occurred_at, reprocess_of, processing_status, processed_at)
+         SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10,
                 CASE WHEN EXISTS (SELECT FROM dedup) THEN 'PROCESSED' ELSE 'SKIPPED' END,
                 now()
          RETURNING id, processing_status = 'PROCESSED'",
@@ -40,6 +40,7 @@ pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery<'_>) 
     .bind(delivery.event.notification_id.as_deref())
     .bind(delivery.request_id)
     .bind(delivery.event.occurred_at)
+    .bind(delivery.reprocess_of)
     .fetch_one(executor)
     .await
 }
@@ -55,8 +56,8 @@ pub async fn record_failure<'e>(
     sqlx::query_scalar(
         "INSERT INTO webhook_events
              (provider, event_id, event_type, payload, signature, secret_index,
-              notification_id, request_id, occurred_at, processing_status, error_message)
-         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, 'FAILED', $10)
+              notification_id, request_id, occurred_at, reprocess_of, processing_status, error_message)
+         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, 'FAILED', $11)
          RETURNING id",
     )
     .bind(delivery.provider)
@@ -68,6 +69,7 @@ pub async fn record_failure<'e>(
     .bind(delivery.event.notification_id.as_deref())
     .bind(delivery.request_id)
     .bind(delivery.event.occurred_at)
+    .bind(delivery.reprocess_of)
     .bind(error)
     .fetch_one(executor)
     .await

@@ -3,6 +3,7 @@
 //! (DESIGN.md "One delivery, step by step").
 
 mod archive;
+mod effects;
 mod error;
 
 use std::panic::AssertUnwindSafe;
@@ -11,7 +12,8 @@ use futures_util::FutureExt;
 use sqlx::PgPool;
 
 use crate::event::Event;
-use crate::handlers::{Handler, HandlerError, Handlers};
+use crate::handlers::HandlerError;
+pub use effects::Effects;
 pub use error::InboxError;
 
 /// One verified delivery, ready to be recorded and applied.
@@ -29,6 +31,9 @@ pub struct Delivery<'a> {
     pub secret_index: Option<usize>,
     /// The request id the delivery arrived with, to join logs and archive.
     pub request_id: Option<&'a str>,
+    /// The archive row an operator reprocesses with this delivery; `None`
+    /// for a delivery from the provider.
+    pub reprocess_of: Option<i64>,
 }
 
 /// What became of a delivery. Every variant has been committed.
@@ -54,29 +59,29 @@ pub enum Outcome {
     },
 }
 
-/// Records a delivery and applies its event exactly once.
+/// Records a delivery and applies its event's `effects` exactly once.
 ///
 /// Returns only after COMMIT has returned; an `Err` means nothing was committed.
 pub async fn deliver(
     pool: &PgPool,
-    handlers: &Handlers,
+    effects: &dyn Effects,
     delivery: &Delivery<'_>,
 ) -> Result<Outcome, InboxError> {
-    match Handler::for_event(delivery.provider, &delivery.event.event_type) {
+    if effects.handles(delivery.provider, &delivery.event.event_type) {
+        apply_once(pool, effects, delivery).await
+    } else {
         // Nothing can fail after the dedup insert, so one autocommitted
         // statement (archive + dedup) is the whole transaction.
-        None => match archive::record(pool, delivery).await? {
+        match archive::record(pool, delivery).await? {
             (archive_id, true) => Ok(Outcome::Processed { archive_id }),
             (archive_id, false) => Ok(Outcome::Duplicate { archive_id }),
-        },
-        Some(handler) => apply_once(pool, handlers, handler, delivery).await,
+        }
     }
 }
 
 async fn apply_once(
     pool: &PgPool,
-    handlers: &Handlers,
-    handler: Handler,
+    effects: &dyn Effects,
     delivery: &Delivery<'_>,
 ) -> Result<Outcome, InboxError> {
     // The savepoint is taken before the dedup insert: rolling back to it on a
@@ -89,7 +94,9 @@ async fn apply_once(
         tx.commit().await?;
         return Ok(Outcome::Duplicate { archive_id });
     }
-    let applied = AssertUnwindSafe(handlers.apply(handler, &mut tx, &delivery.event))
+    // The call is inside the future too, so a panic before its first await is caught.
+    let run = async { effects.run(delivery.provider, &mut tx, &delivery.event).await };
+    let applied = AssertUnwindSafe(run)
         .catch_unwind()
         .await
         .unwrap_or_else(|panic| Err(HandlerError::Panicked(panic_message(&*panic))));

@@ -73,6 +73,11 @@ impl Provider for Clerk {
             data: envelope.data,
         })
     }
+
+    /// The event id is the message id header.
+    fn stored_headers(&self, event_id: &str, _event_type: &str) -> HeaderMap {
+        standard_webhooks::stored_headers(event_id)
+    }
 }
 
 /// The top level of a Clerk event body.

@@ -86,6 +86,19 @@ impl Provider for GitHub {
             data: None,
         })
     }
+
+    /// The delivery header is the event id; the event header is the type
+    /// without the body's action (GitHub event names have no dot).
+    fn stored_headers(&self, event_id: &str, event_type: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let event = event_type.split('.').next().unwrap_or(event_type);
+        for (name, value) in [(DELIVERY_HEADER, event_id), (EVENT_HEADER, event)] {
+            if let Ok(value) = value.parse() {
+                headers.insert(name, value);
+            }
+        }
+        headers
+    }
 }
 
 /// The one body field the event type needs.

@@ -71,6 +71,11 @@ impl Provider for StandardWebhooksSender {
             data: envelope.data,
         })
     }
+
+    /// The event id is the message id header.
+    fn stored_headers(&self, event_id: &str, _event_type: &str) -> HeaderMap {
+        standard_webhooks::stored_headers(event_id)
+    }
 }
 
 /// The recommended top level; each field is kept raw, so that a field of

@@ -10,14 +10,21 @@ fn help_never_shows_a_configured_secret() {
         .env("CLERK_WEBHOOK_SECRET", "whsec_c2VjcmV0ZnJvbWVudg==")
         .env("DATABASE_URL", "postgres://user:db_password_from_env@localhost/db")
         .env("SMTP_URL", "smtps://mailer:smtp_password_from_env@smtp.example.com")
+        .env("ADMIN_TOKEN", "admin_token_from_env")
+        .env("METRICS_TOKEN", "metrics_token_from_env")
         .output()
         .unwrap();
     let help = String::from_utf8(output.stdout).unwrap();
     assert!(output.status.success());
-    assert!(help.contains("PADDLE_WEBHOOK_SECRET") && help.contains("SMTP_URL"), "{help}");
-    for secret in
-        ["pdl_secret_from_env", "c2VjcmV0ZnJvbWVudg", "db_password_from_env", "smtp_password_from_env"]
-    {
+    assert!(help.contains("PADDLE_WEBHOOK_SECRET") && help.contains("ADMIN_TOKEN"), "{help}");
+    for secret in [
+        "pdl_secret_from_env",
+        "c2VjcmV0ZnJvbWVudg",
+        "db_password_from_env",
+        "smtp_password_from_env",
+        "admin_token_from_env",
+        "metrics_token_from_env",
+    ] {
         assert!(!help.contains(secret), "--help shows {secret}");
     }
 }
@@ -46,4 +53,18 @@ fn a_misconfigured_smtp_stops_startup_with_a_reason_and_without_the_password() {
         assert!(stderr.contains(reason), "{stderr}");
         assert!(!stderr.contains("smtp_password") && !stdout.contains("smtp_password"), "{stderr}{stdout}");
     }
+}
+
+#[test]
+fn a_short_admin_token_stops_startup_with_a_reason() {
+    let output = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+        .args(["serve", "--listen-addr", "127.0.0.1:0"])
+        .env("ADMIN_TOKEN", "short")
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("ADMIN_TOKEN") && stderr.contains("at least 16 characters"), "{stderr}");
+    assert!(!stderr.contains("short"), "{stderr}");
 }

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod admin_api;
 mod availability;
 mod bad_input;
 mod cli;
@@ -11,10 +12,16 @@ mod concurrency;
 mod credits;
 mod database_harness;
 mod delivery;
+mod events_cli;
 mod handler_failure;
+mod hostile_input;
+mod metrics;
+mod migrate;
 mod ordering;
 mod outbox;
 mod providers;
+mod purge;
+mod reprocess;
 mod sequences;
 mod server;
 mod verification;

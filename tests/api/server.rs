@@ -1,12 +1,9 @@
 //! The server on a real socket: serving, and a shutdown that refuses new
 //! connections but answers the deliveries already in flight.
 
-use std::time::Duration;
-
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
-use tokio::net::{TcpListener, TcpStream};
-use webhook_inbox::http::{app, serve};
+use tokio::net::TcpStream;
 
 use crate::support::socket::post;
 use crate::support::*;
@@ -14,18 +11,8 @@ use crate::support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_over_a_real_socket_are_answered_and_shutdown_drains_in_flight_ones() {
     let test = TestApp::spawn().await;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let state = test.state.clone();
-    let server = tokio::spawn(serve(
-        listener,
-        app(state.clone()),
-        state.tasks.clone(),
-        Duration::from_secs(5),
-        async { stopped.await.unwrap_or(()) },
-        Duration::from_secs(20),
-    ));
+    let listening = test.listen().await;
+    let addr = listening.addr;
 
     let (status, body) = post(addr, &paddle(&subscription_created("evt_01", "sub_01"))).await;
     assert_eq!((status, body), (200, json!({ "event_id": "evt_01", "status": "processed" })));
@@ -41,7 +28,7 @@ async fn deliveries_over_a_real_socket_are_answered_and_shutdown_drains_in_fligh
     crate::availability::until_a_delivery_waits_on_the_lock(&test).await;
 
     // ... when shutdown begins: new connections are refused from then on ...
-    stop.send(()).unwrap();
+    let server = listening.stop();
     while TcpStream::connect(addr).await.is_ok() {
         tokio::task::yield_now().await;
     }

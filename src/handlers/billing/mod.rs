@@ -28,6 +28,11 @@ use super::HandlerError;
 pub struct PriceCredits(HashMap<String, i64>);
 
 impl PriceCredits {
+    /// True when no price grants credits.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Credits for `quantity` units of `price_id`, `None` on overflow.
     fn for_item(&self, price_id: &str, quantity: i64) -> Option<i64> {
         self.0.get(price_id).copied().unwrap_or(0).checked_mul(quantity)

@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
 use webhook_inbox::handlers::Handlers;
-use webhook_inbox::http::{AppState, Limits, app};
+use webhook_inbox::http::{AppState, BearerToken, Limits, app, serve};
 use webhook_inbox::providers::{ProviderConfig, Registry};
 
 use super::database::TestDatabase;
@@ -20,6 +20,9 @@ use super::signing::{
     CLERK_SECRETS, Delivery, GITHUB_SECRETS, PADDLE_SECRETS, STANDARD_SECRETS, STANDARD_SENDER,
     STRIPE_SECRETS,
 };
+
+/// The `PADDLE_PRICE_CREDITS` of every test app (and of the CLI's reprocess).
+pub const PRICE_CREDITS: &str = "pri_basic=100,pri_pro=500";
 
 /// What a test may change about the app.
 #[derive(Debug, Clone)]
@@ -30,6 +33,10 @@ pub struct TestConfig {
     pub standard_webhooks: String,
     pub max_body_bytes: usize,
     pub lock_timeout: Duration,
+    /// `ADMIN_TOKEN`; `None`: the admin API is off.
+    pub admin_token: Option<&'static str>,
+    /// `METRICS_TOKEN`; `None`: /metrics is open.
+    pub metrics_token: Option<&'static str>,
 }
 
 impl Default for TestConfig {
@@ -45,6 +52,8 @@ impl Default for TestConfig {
             standard_webhooks: format!("{STANDARD_SENDER}={first},{STANDARD_SENDER}={second}"),
             max_body_bytes: 64 * 1024,
             lock_timeout: Duration::from_secs(10),
+            admin_token: None,
+            metrics_token: None,
         }
     }
 }
@@ -62,6 +71,21 @@ pub struct TestApp {
     pub db: TestDatabase,
     pub state: AppState,
     pub router: Router,
+}
+
+/// The app on a real socket.
+pub struct Listening {
+    pub addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<bool>,
+}
+
+impl Listening {
+    /// Begins shutdown: the listener closes at once.
+    pub fn stop(self) -> tokio::task::JoinHandle<bool> {
+        self.stop.send(()).unwrap();
+        self.server
+    }
 }
 
 /// An answer: status and JSON body.
@@ -92,6 +116,23 @@ impl TestApp {
         (state.clone(), app(state))
     }
 
+    /// Serves the app on a real socket (127.0.0.1, a free port), as `serve`
+    /// does, until [`Listening::stop`].
+    pub async fn listen(&self) -> Listening {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            self.router.clone(),
+            self.state.tasks.clone(),
+            Duration::from_secs(5),
+            async { stopped.await.unwrap_or(()) },
+            Duration::from_secs(20),
+        ));
+        Listening { addr, stop, server }
+    }
+
     /// The database every instance shares.
     pub fn pool(&self) -> &PgPool {
         self.db.pool()
@@ -100,6 +141,30 @@ impl TestApp {
     /// Sends one delivery and reads the answer.
     pub async fn send(&self, delivery: &Delivery) -> Answer {
         send(&self.router, delivery).await
+    }
+
+    /// Sends any request and reads the answer.
+    pub async fn request(&self, request: Request<Body>) -> Answer {
+        request_to(&self.router, request).await
+    }
+
+    /// `GET path`, with `Authorization: Bearer <token>` when given.
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Answer {
+        self.request(authorized(Request::get(path), token).body(Body::empty()).unwrap()).await
+    }
+
+    /// `POST path` with a JSON body, with `Authorization: Bearer <token>` when given.
+    pub async fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> Answer {
+        let request = authorized(Request::post(path), token).header("content-type", "application/json");
+        self.request(request.body(Body::from(body.to_string())).unwrap()).await
+    }
+
+    /// `GET /metrics` as text.
+    pub async fn metrics(&self) -> String {
+        let response =
+            self.router.clone().oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
     }
 
     /// Runs a `SELECT count(*) ...` and returns the count.
@@ -117,6 +182,41 @@ impl TestApp {
         .await
     }
 
+    /// Makes every insert into `table` fail (a handler error an operator can
+    /// fix), until [`allow_inserts_into`](Self::allow_inserts_into).
+    pub async fn refuse_inserts_into(&self, table: &str) {
+        let sql = format!(
+            "CREATE FUNCTION refuse_{table}() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN RAISE EXCEPTION '{table} closed for maintenance'; END $$;
+             CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION refuse_{table}();"
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(self.pool()).await.unwrap();
+    }
+
+    /// Undoes [`refuse_inserts_into`](Self::refuse_inserts_into): the cause is fixed.
+    pub async fn allow_inserts_into(&self, table: &str) {
+        let sql = format!("DROP TRIGGER refuse_{table} ON {table}; DROP FUNCTION refuse_{table}();");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(self.pool()).await.unwrap();
+    }
+
+    /// Moves archive rows `id`s `days` into the past, as if archived then.
+    pub async fn age_rows(&self, ids: &[i64], days: i32) {
+        sqlx::query(
+            "UPDATE webhook_events SET created_at = now() - make_interval(days => $2) WHERE id = ANY($1)",
+        )
+        .bind(ids)
+        .bind(days)
+        .execute(self.pool())
+        .await
+        .unwrap();
+    }
+
+    /// Archive ids, in order of arrival.
+    pub async fn archive_ids(&self) -> Vec<i64> {
+        sqlx::query_scalar("SELECT id FROM webhook_events ORDER BY id").fetch_all(self.pool()).await.unwrap()
+    }
+
     /// `processing_status` of every archive row, in order of arrival.
     pub async fn archive_statuses(&self) -> Vec<String> {
         sqlx::query_scalar("SELECT processing_status FROM webhook_events ORDER BY id")
@@ -132,13 +232,24 @@ pub async fn send(router: &Router, delivery: &Delivery) -> Answer {
     for (name, value) in &delivery.headers {
         request = request.header(name, value);
     }
-    let request = request.body(Body::from(delivery.body.clone())).unwrap();
+    request_to(router, request.body(Body::from(delivery.body.clone())).unwrap()).await
+}
+
+/// Sends `request` to `router` in-process; the body is read as JSON (`Null` if it is not).
+pub async fn request_to(router: &Router, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     Answer { status, headers, body }
+}
+
+fn authorized(request: axum::http::request::Builder, token: Option<&str>) -> axum::http::request::Builder {
+    match token {
+        Some(token) => request.header("authorization", format!("Bearer {token}")),
+        None => request,
+    }
 }
 
 /// Logs are silent unless `TEST_LOG` is set (then `RUST_LOG` filters them).
@@ -162,7 +273,15 @@ async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
         standard_webhooks: config.standard_webhooks.parse().unwrap(),
     };
     let providers = Registry::configure(&providers, 300).unwrap();
-    let handlers = Handlers { price_credits: "pri_basic=100,pri_pro=500".parse().unwrap() };
+    let handlers = Handlers { price_credits: PRICE_CREDITS.parse().unwrap() };
     let limits = Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: Duration::from_secs(5) };
-    AppState::new(pool, providers, handlers, limits)
+    let mut state = AppState::new(pool, providers, handlers, limits);
+    let token = |token: &str| BearerToken::new(&secrecy::SecretString::from(token)).unwrap();
+    if let Some(admin) = config.admin_token {
+        state = state.with_admin_token(token(admin));
+    }
+    if let Some(metrics) = config.metrics_token {
+        state = state.with_metrics_token(token(metrics));
+    }
+    state
 }

@@ -53,7 +53,19 @@ impl TestDatabase {
                 .await
                 .unwrap_or_else(|err| panic!("could not create test database {name}: {err}"));
         }
+        Self::connect(name).await
+    }
 
+    /// Creates an empty database, with no migration applied (for `migrate`).
+    pub async fn create_unmigrated() -> TestDatabase {
+        let name = format!("test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = connect_admin().await;
+        execute(&mut admin, format!(r#"CREATE DATABASE "{name}""#)).await;
+        admin.close().await.expect("close the admin connection");
+        Self::connect(name).await
+    }
+
+    async fn connect(name: String) -> TestDatabase {
         let options = server().admin.clone().database(&name);
         let pool = PgPoolOptions::new()
             .max_connections(10)
@@ -72,6 +84,13 @@ impl TestDatabase {
     /// Options to connect to this database, e.g. for a second app instance.
     pub fn connect_options(&self) -> PgConnectOptions {
         self.options.clone()
+    }
+
+    /// A `postgres://` URL of this database, for `DATABASE_URL` (the CLI).
+    /// A unix-socket server is named by its directory, percent-encoded.
+    pub fn url(&self) -> String {
+        use sqlx::ConnectOptions;
+        self.options.to_url_lossy().to_string()
     }
 
     /// The database's name, for messages.

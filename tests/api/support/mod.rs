@@ -2,14 +2,21 @@
 //! signed requests.
 
 pub mod app;
+pub mod cli;
 pub mod database;
 pub mod events;
 pub mod outbox;
 pub mod signing;
 pub mod smtp;
+// Shared with the fault suite (`tests/faults`), each using what the other does not.
+#[allow(dead_code)]
 pub mod socket;
+#[allow(dead_code)]
+#[path = "../../faults/support/watch.rs"]
+pub mod watch;
 
-pub use app::{TestApp, TestConfig};
+pub use app::{PRICE_CREDITS, TestApp, TestConfig};
+pub use cli::{binary, cli};
 pub use database::TestDatabase;
 pub use signing::*;
 pub use smtp::SmtpServer;

@@ -1,0 +1,43 @@
+//! `webhook-inbox events ...`: find, inspect and reprocess archived deliveries.
+
+mod list;
+mod reprocess;
+mod show;
+
+use std::io::Write;
+
+use clap::Subcommand;
+use serde::Serialize;
+use sqlx::PgPool;
+
+/// The `events` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// List archived deliveries, newest first.
+    List(list::ListArgs),
+    /// Show one archived delivery: every column, the payload, and the other deliveries of its event.
+    Show(show::ShowArgs),
+    /// Run stored deliveries again through the same transaction as a live delivery.
+    Reprocess(reprocess::ReprocessArgs),
+}
+
+/// Runs an `events` subcommand.
+pub async fn run(
+    pool: &PgPool,
+    command: EventsCommand,
+    request_id: &str,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    match command {
+        EventsCommand::List(args) => list::run(pool, args, out).await,
+        EventsCommand::Show(args) => show::run(pool, args, out).await,
+        EventsCommand::Reprocess(args) => reprocess::run(pool, args, request_id, out).await,
+    }
+}
+
+/// Writes `value` as one line of JSON (the `--json` output).
+fn json_line(out: &mut dyn Write, value: &impl Serialize) -> anyhow::Result<()> {
+    serde_json::to_writer(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(())
+}

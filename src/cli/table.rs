@@ -1,0 +1,60 @@
+//! Archive rows as an aligned text table.
+
+use std::io::{self, Write};
+
+use chrono::{DateTime, Utc};
+
+use crate::operations::ArchivedDelivery;
+
+/// Longest error message shown in a table; `events show` prints it whole.
+const ERROR_WIDTH: usize = 60;
+
+/// Writes `rows` as a table with a header line.
+pub fn deliveries(out: &mut dyn Write, rows: &[ArchivedDelivery]) -> io::Result<()> {
+    let header = ["ID", "CREATED (UTC)", "STATUS", "PROVIDER", "TYPE", "EVENT ID", "REPROCESS OF", "ERROR"];
+    let lines: Vec<[String; 8]> = rows
+        .iter()
+        .map(|row| {
+            [
+                row.id.to_string(),
+                time(row.created_at),
+                row.processing_status.clone(),
+                row.provider.clone(),
+                row.event_type.clone(),
+                row.event_id.clone(),
+                row.reprocess_of.map(|id| id.to_string()).unwrap_or_default(),
+                row.error_message.as_deref().map(first_line).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for line in &lines {
+        for (width, cell) in widths.iter_mut().zip(line) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    write_line(out, &header.map(String::from), &widths)?;
+    lines.iter().try_for_each(|line| write_line(out, line, &widths))
+}
+
+fn write_line(out: &mut dyn Write, cells: &[String; 8], widths: &[usize; 8]) -> io::Result<()> {
+    let mut line = String::new();
+    for (cell, width) in cells.iter().zip(widths) {
+        line.push_str(&format!("{cell:<width$}  "));
+    }
+    writeln!(out, "{}", line.trim_end())
+}
+
+/// A time to the second, UTC.
+pub fn time(time: DateTime<Utc>) -> String {
+    time.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// The first line of `text`, cut to [`ERROR_WIDTH`] characters.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(ERROR_WIDTH) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_string(),
+    }
+}

@@ -1,0 +1,35 @@
+//! The admin API: the CLI's `events` commands over HTTP, JSON in and out,
+//! behind a bearer token. Mounted only when `ADMIN_TOKEN` is set, so without
+//! one every `/admin` path answers 404.
+
+mod events;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// The `/admin` routes, every one behind the token.
+pub fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/events", get(events::list))
+        .route("/events/reprocess", post(events::reprocess_matching))
+        .route("/events/{id}", get(events::show))
+        .route("/events/{id}/reprocess", post(events::reprocess_one))
+        .layer(middleware::from_fn_with_state(state, authorize))
+}
+
+/// Lets a request through only with the configured bearer token.
+async fn authorize(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let token = state.admin_token.as_ref().ok_or(ApiError::NotFound)?;
+    token.check(request.headers())?;
+    Ok(next.run(request).await)
+}

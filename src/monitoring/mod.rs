@@ -1,0 +1,141 @@
+//! Prometheus metrics: what `GET /metrics` shows.
+//!
+//! Each `AppState` owns its own recorder (nothing global), so that every app
+//! in a test process counts only its own deliveries. Handles are registered
+//! once per provider; a delivery only bumps atomics.
+
+mod database;
+mod deliveries;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::Utc;
+use metrics::{KeyName, Recorder, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use sqlx::PgPool;
+
+use database::DatabaseGauges;
+pub use deliveries::ProviderMetrics;
+
+/// How often recorded histogram samples are folded into their buckets when
+/// nobody scrapes (scrapes do it too), so memory stays bounded.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Seconds from a request's start to its answer: a healthy delivery is a
+/// few milliseconds; seconds mean waiting on a lock or the pool.
+const DURATION_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// Seconds from the event to its processing: providers deliver within
+/// seconds, and retry for up to days.
+const LAG_BUCKETS: [f64; 12] =
+    [0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0, 259200.0];
+
+/// This process's metrics.
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    providers: RwLock<Vec<Arc<ProviderMetrics>>>,
+    database: DatabaseGauges,
+}
+
+impl Metrics {
+    /// Metrics with handles for `providers` registered up front, so each
+    /// shows (at zero) before its first delivery, and its silence gauge
+    /// counts from startup.
+    pub fn new(providers: &[&str]) -> Arc<Metrics> {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(deliveries::DURATION.into()), &DURATION_BUCKETS)
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(Matcher::Full(deliveries::LAG.into()), &LAG_BUCKETS)
+            })
+            .expect("non-empty buckets")
+            .build_recorder();
+        describe(&recorder);
+        let metrics = Arc::new(Metrics {
+            handle: recorder.handle(),
+            providers: RwLock::new(
+                providers.iter().map(|name| Arc::new(ProviderMetrics::register(&recorder, name))).collect(),
+            ),
+            database: DatabaseGauges::register(&recorder),
+            recorder,
+        });
+        spawn_upkeep(&metrics);
+        metrics
+    }
+
+    /// The handles of provider `name`, registered on first use.
+    pub fn provider(&self, name: &str) -> Arc<ProviderMetrics> {
+        let find = |providers: &[Arc<ProviderMetrics>]| providers.iter().find(|p| p.name == name).cloned();
+        if let Some(found) = find(&self.providers.read().unwrap_or_else(|e| e.into_inner())) {
+            return found;
+        }
+        let mut providers = self.providers.write().unwrap_or_else(|e| e.into_inner());
+        find(&providers).unwrap_or_else(|| {
+            let registered = Arc::new(ProviderMetrics::register(&self.recorder, name));
+            providers.push(registered.clone());
+            registered
+        })
+    }
+
+    /// The Prometheus text exposition, with the gauges brought up to date.
+    pub async fn render(&self, pool: &PgPool) -> String {
+        let now = Utc::now();
+        for provider in self.providers.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            provider.refresh_silence(now);
+        }
+        self.database.refresh(pool).await;
+        self.handle.render()
+    }
+}
+
+/// Folds histogram samples periodically, for as long as `metrics` lives.
+fn spawn_upkeep(metrics: &Arc<Metrics>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let metrics = Arc::downgrade(metrics);
+    runtime.spawn(async move {
+        let mut ticks = tokio::time::interval(UPKEEP_EVERY);
+        loop {
+            ticks.tick().await;
+            match metrics.upgrade() {
+                Some(metrics) => metrics.handle.run_upkeep(),
+                None => return,
+            }
+        }
+    });
+}
+
+/// The `# HELP` lines. (This recorder treats the three `describe_*` alike:
+/// a description is per name, whatever the kind.)
+fn describe(recorder: &PrometheusRecorder) {
+    use database::*;
+    use deliveries::*;
+    let describe = |name: &'static str, unit: Option<Unit>, help: &'static str| {
+        recorder.describe_counter(KeyName::from_const_str(name), unit, help.into())
+    };
+    describe(DELIVERIES, None, "Deliveries answered, by provider and outcome.");
+    describe(REJECTIONS, None, "Deliveries rejected by signature verification (401), by reason.");
+    describe(DURATION, Some(Unit::Seconds), "Time from a delivery's request to its answer.");
+    describe(LAG, Some(Unit::Seconds), "Time from an event's occurred_at to its processing.");
+    describe(
+        SILENCE,
+        Some(Unit::Seconds),
+        "Seconds since this process last verified a delivery of the provider (or started).",
+    );
+    describe(FAILED_24H, None, "FAILED deliveries archived in the last 24 hours.");
+    describe(
+        OLDEST_FAILURE,
+        Some(Unit::Seconds),
+        "Age of the oldest FAILED delivery whose event has not been applied since (0: none).",
+    );
+    describe(
+        OUTBOX,
+        None,
+        "Outbox emails by state: pending (waiting to be sent or retried), dead (given up).",
+    );
+    describe(QUERY_OK, None, "1 when the last database query for these gauges succeeded.");
+    describe(POOL_CONNECTIONS, None, "Open database connections, idle or in use.");
+    describe(POOL_MAX, None, "The database pool's maximum size.");
+}

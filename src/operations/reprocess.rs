@@ -1,0 +1,143 @@
+//! Reprocessing: a stored delivery run again through the same transaction as
+//! a live one (`inbox::deliver`), archived as a new row pointing at the one
+//! it reran.
+
+use serde::Serialize;
+use sqlx::PgPool;
+use tracing::{Span, instrument};
+
+use crate::event::EventError;
+use crate::inbox::{self, Delivery, Effects, InboxError, Outcome};
+use crate::providers;
+
+/// Why a row could not be reprocessed; nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReprocessError {
+    /// No archive row has this id (never, or purged since).
+    #[error("archived event {0} not found")]
+    NotFound(i64),
+    /// The row's provider is not one this build knows.
+    #[error("provider {0} is not known to this build")]
+    UnknownProvider(String),
+    /// The stored payload no longer reads as an event of its provider.
+    #[error("the stored payload is not a valid event: {0}")]
+    Unreadable(#[from] EventError),
+    /// The transaction could not run (database unavailable, busy...).
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+}
+
+impl From<sqlx::Error> for ReprocessError {
+    fn from(error: sqlx::Error) -> Self {
+        ReprocessError::Inbox(error.into())
+    }
+}
+
+/// What one reprocess did. Like a live delivery's outcome, it is committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reprocessed {
+    /// The archive row that was reprocessed.
+    pub reprocess_of: i64,
+    /// The new archive row this reprocess wrote.
+    pub archive_id: i64,
+    /// The row's provider.
+    pub provider: String,
+    /// The row's event id.
+    pub event_id: String,
+    /// PROCESSED (applied now), SKIPPED (already applied: nothing done) or
+    /// FAILED (the handler failed again: nothing applied).
+    pub status: &'static str,
+    /// The handler's error, for FAILED.
+    pub error: Option<String>,
+}
+
+/// Counts of a bulk reprocess.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Events applied by this run.
+    pub processed: usize,
+    /// Events already applied meanwhile (by a provider retry, say).
+    pub skipped: usize,
+    /// Events whose handler failed again.
+    pub failed: usize,
+}
+
+impl Summary {
+    /// Counts one result.
+    pub fn add(&mut self, reprocessed: &Reprocessed) {
+        match reprocessed.status {
+            "PROCESSED" => self.processed += 1,
+            "SKIPPED" => self.skipped += 1,
+            _ => self.failed += 1,
+        }
+    }
+}
+
+/// A stored row, as reprocessing reads it.
+#[derive(sqlx::FromRow)]
+struct Stored {
+    provider: String,
+    event_id: String,
+    event_type: String,
+    payload: String,
+    signature: String,
+    secret_index: Option<i16>,
+}
+
+/// Runs the stored payload of archive row `archive_id` through
+/// [`inbox::deliver`], with no signature check (it was verified on
+/// arrival). The new archive row carries `request_id` and points at
+/// `archive_id`.
+///
+/// The event is read back by its provider's own `parse_event`, the code a
+/// live delivery goes through; an event already applied is recorded SKIPPED
+/// and changes nothing, exactly as a provider's duplicate would.
+#[instrument(skip_all, fields(request_id, reprocess_of = archive_id, provider, event_id))]
+pub async fn reprocess(
+    pool: &PgPool,
+    handlers: &dyn Effects,
+    archive_id: i64,
+    request_id: Option<&str>,
+) -> Result<Reprocessed, ReprocessError> {
+    // The fields a delivery's request span has, so logs read alike.
+    Span::current().record("request_id", request_id);
+    let stored: Stored = sqlx::query_as(
+        "SELECT provider, event_id, event_type, payload::text AS payload, signature, secret_index
+         FROM webhook_events WHERE id = $1",
+    )
+    .bind(archive_id)
+    .fetch_optional(pool)
+    .await?
+    .ok_or(ReprocessError::NotFound(archive_id))?;
+    Span::current().record("provider", stored.provider.as_str()).record("event_id", stored.event_id.as_str());
+
+    let provider = providers::reader(&stored.provider)
+        .ok_or_else(|| ReprocessError::UnknownProvider(stored.provider.clone()))?;
+    let headers = provider.stored_headers(&stored.event_id, &stored.event_type);
+    let event = provider.parse_event(&headers, stored.payload.as_bytes())?;
+    let delivery = Delivery {
+        provider: provider.name(),
+        event,
+        payload: &stored.payload,
+        signature: &stored.signature,
+        secret_index: stored.secret_index.map(|i| i as usize),
+        request_id,
+        reprocess_of: Some(archive_id),
+    };
+    let (new_id, status, error) = match inbox::deliver(pool, handlers, &delivery).await? {
+        Outcome::Processed { archive_id } => (archive_id, "PROCESSED", None),
+        Outcome::Duplicate { archive_id } => (archive_id, "SKIPPED", None),
+        Outcome::Failed { archive_id, error } => (archive_id, "FAILED", Some(error)),
+    };
+    // The error text may quote the payload: it is in the result and the
+    // archive row, never in the log.
+    tracing::info!(archive_id = new_id, status, "reprocessed");
+    Ok(Reprocessed {
+        reprocess_of: archive_id,
+        archive_id: new_id,
+        provider: stored.provider,
+        event_id: stored.event_id,
+        status,
+        error,
+    })
+}

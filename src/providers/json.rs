@@ -1,0 +1,116 @@
+//! One body, one meaning: a signed body whose objects repeat a key is refused.
+//!
+//! Why: JSON leaves duplicate keys undefined, and the readers of a body
+//! disagree on them. serde's structs refuse a repeated field they know,
+//! skip the ones they do not, and `serde_json::Value` keeps the last;
+//! PostgreSQL's `jsonb` keeps the last. A body with a repeated key could
+//! then be applied under one reading while the archive (and an operator's
+//! query, or a reprocessing) holds another. No provider sends such a body:
+//! they serialize maps. So it is answered 400 before anything is stored.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use crate::event::EventError;
+
+/// Fails if any object in `body` has the same key twice, compared after
+/// unescaping as PostgreSQL does (`"a"` and `"\u0061"` are one key).
+///
+/// Runs before the body is parsed, so that a repeated field is reported as
+/// such, not as whatever serde makes of it. On a body that is not JSON it may
+/// or may not find a repeated key; either way the body is refused with 400,
+/// by this check or by the parse. Never panics; iterative, so nesting depth
+/// costs heap, not stack.
+pub fn check_unique_keys(body: &str) -> Result<(), EventError> {
+    let bytes = body.as_bytes();
+    // One entry per open container: the keys seen so far for an object,
+    // `None` for an array.
+    let mut open: Vec<Option<HashSet<Cow<'_, str>>>> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' => open.push(Some(HashSet::new())),
+            b'[' => open.push(None),
+            b'}' | b']' => {
+                open.pop();
+            }
+            b'"' => {
+                let end = string_end(bytes, i);
+                let is_key = bytes[end..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':');
+                if let (true, Some(Some(keys))) = (is_key, open.last_mut())
+                    && !keys.insert(unescape(&body[i..end]))
+                {
+                    return Err(EventError::DuplicateKey);
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Index just past the string starting with the quote at `start` (or the
+/// end of the input, for an unterminated one).
+fn string_end(bytes: &[u8], start: usize) -> usize {
+    let mut i = start + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// The key a quoted string token stands for; the token itself if it does
+/// not decode (such a body fails later anyway).
+fn unescape(token: &str) -> Cow<'_, str> {
+    let inner = token.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(token);
+    if !inner.contains('\\') {
+        return Cow::Borrowed(inner);
+    }
+    serde_json::from_str::<String>(token).map_or(Cow::Borrowed(token), Cow::Owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_keys_are_found_at_any_depth_and_after_unescaping() {
+        for body in [
+            r#"{"event_id":"a","event_id":"b"}"#,
+            r#"{"data":{"x":1,"y":[{"z":1,"z":2}]}}"#,
+            r#"{"a":1,"\u0061":2}"#,
+            r#"{"a" : 1, "b": {"a": 2}, "a" :3}"#,
+        ] {
+            assert_eq!(check_unique_keys(body), Err(EventError::DuplicateKey), "{body}");
+        }
+    }
+
+    #[test]
+    fn the_same_key_in_different_objects_and_key_like_values_are_fine() {
+        for body in [
+            r#"{"a":{"a":{"a":1}},"b":[{"a":1},{"a":2}]}"#,
+            r#"{"a":"a","b":"a","c":["a","a"]}"#,
+            r#"{"a\"b":1,"a\\":2,"k":"x\":"}"#,
+            r#"[["a"],{"a":1}]"#,
+            "",
+            r#"{"unterminated"#,
+            r#"}}]]{"a":1}"#,
+        ] {
+            assert_eq!(check_unique_keys(body), Ok(()), "{body}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_costs_no_stack() {
+        let depth = 200_000;
+        let body = format!("{}{}", r#"{"a":"#.repeat(depth), "}".repeat(depth)).replace(":}", ":1}");
+        assert_eq!(check_unique_keys(&body), Ok(()));
+    }
+}

@@ -1,0 +1,49 @@
+//! `webhook-inbox migrate` and `serve --no-migrate`, through the real binary:
+//! deploys that migrate as a step of their own.
+
+use crate::support::*;
+
+#[tokio::test]
+async fn migrate_applies_every_migration_and_the_binary_then_lists_events() {
+    let db = TestDatabase::create_unmigrated().await;
+
+    let migrate = binary(&db, &["migrate"]);
+    let stdout = String::from_utf8(migrate.stdout).unwrap();
+    assert!(migrate.status.success(), "{}", String::from_utf8_lossy(&migrate.stderr));
+    assert!(stdout.starts_with("database migrated: at "), "{stdout}");
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(applied as usize, webhook_inbox::db::MIGRATOR.iter().count());
+
+    // Twice is harmless: nothing is pending.
+    assert!(binary(&db, &["migrate"]).status.success());
+
+    sqlx::query(
+        "INSERT INTO webhook_events (provider, event_id, event_type, payload, signature, processing_status)
+         VALUES ('paddle', 'evt_01', 'customer.created', '{}', 's', 'FAILED')",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let list = binary(&db, &["events", "list", "--json", "--status", "FAILED"]);
+    let line: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(line["event_id"], "evt_01");
+}
+
+#[tokio::test]
+async fn serve_no_migrate_refuses_to_start_on_an_unmigrated_database() {
+    let db = TestDatabase::create_unmigrated().await;
+
+    let serve = binary(&db, &["serve", "--no-migrate", "--listen-addr", "127.0.0.1:0"]);
+
+    assert!(!serve.status.success());
+    let stderr = String::from_utf8_lossy(&serve.stderr);
+    assert!(stderr.contains("run `webhook-inbox migrate` first"), "{stderr}");
+    let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(tables, 0, "nothing was migrated");
+}

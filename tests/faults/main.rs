@@ -1,0 +1,19 @@
+//! Fault tests: the real `webhook-inbox` binary as child processes, a real
+//! PostgreSQL, real sockets on loopback, and real faults (SIGKILL, SIGTERM,
+//! clients that vanish, PostgreSQL going away, concurrent replicas).
+//! Afterwards SQL counts what was applied: every event exactly once.
+//!
+//! Each test prints one `RELIABILITY` line (see `--nocapture`), from which
+//! `scripts/reliability` prints the table of RELIABILITY.md.
+
+mod support;
+
+mod disconnect;
+mod kill;
+mod logs;
+mod panics;
+mod postgres_restart;
+mod replicas;
+mod shutdown;
+mod slow_clients;
+mod slow_handler;

@@ -1,0 +1,160 @@
+//! A handler that panics: its delivery is answered 500 and archived FAILED,
+//! its partial writes are rolled back, and the process keeps serving.
+//!
+//! The service has no handler that panics, so this one runs the app
+//! in-process (still over a real socket), with effects that panic for some
+//! events: `inbox::Effects` is the seam the inbox takes its effects through.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use secrecy::SecretString;
+use serde_json::json;
+use sqlx::PgConnection;
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::TcpListener;
+use tokio::sync::Barrier;
+use webhook_inbox::event::Event as InboxEvent;
+use webhook_inbox::handlers::{HandlerError, Handlers};
+use webhook_inbox::http::{AppState, Limits, app, serve};
+use webhook_inbox::inbox::Effects;
+use webhook_inbox::providers::Registry;
+use webhook_inbox::providers::paddle::Paddle;
+
+use crate::support::provider::attempt;
+use crate::support::*;
+
+/// The service's handlers, except that events whose id starts with
+/// `evt_panic` write a subscription and then panic, as a bug would.
+struct PanicsSometimes(Handlers);
+
+impl Effects for PanicsSometimes {
+    fn handles(&self, provider: &str, event_type: &str) -> bool {
+        self.0.handles(provider, event_type)
+    }
+
+    fn run<'a>(
+        &'a self,
+        provider: &'a str,
+        conn: &'a mut PgConnection,
+        event: &'a InboxEvent<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        if !event.id.starts_with("evt_panic") {
+            return self.0.run(provider, conn, event);
+        }
+        Box::pin(async move {
+            sqlx::query("INSERT INTO subscriptions (id, customer_id, status) VALUES ($1, 'ctm_x', 'active')")
+                .bind(format!("sub_partial_{}", event.id))
+                .execute(&mut *conn)
+                .await?;
+            let items: Vec<u32> = Vec::new();
+            let _ = items[3]; // index out of bounds
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keeps_serving() {
+    let db = TestDatabase::create().await;
+    let options = webhook_inbox::db::session_options(db.connect_options(), Duration::from_secs(3));
+    let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
+    let providers = Registry::default().with(Paddle::new(&[SecretString::from(PADDLE_SECRETS[0])], 300));
+    let handlers = Handlers { price_credits: "pri_basic=100".parse().unwrap() };
+    let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
+    let state = AppState::new(pool, providers, PanicsSometimes(handlers), limits);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        listener,
+        app(state.clone()),
+        state.tasks.clone(),
+        Duration::from_secs(5),
+        async { stopped.await.unwrap_or(()) },
+        Duration::from_secs(10),
+    ));
+
+    // Ten panicking deliveries and ten good ones, all at once.
+    let panicking: Vec<_> = (0..10).map(|n| format!("evt_panic_{n}")).collect();
+    let good = Event::mixed("calm", 20).into_iter().step_by(2).collect::<Vec<_>>();
+    let deliveries: Vec<(String, Delivery)> = panicking
+        .iter()
+        .map(|id| (id.clone(), paddle(&subscription_created(id, &format!("sub_{id}")))))
+        .chain(good.iter().map(|e| (e.id.clone(), e.delivery.clone())))
+        .collect();
+    let barrier = Arc::new(Barrier::new(deliveries.len()));
+    let requests: Vec<_> = deliveries
+        .into_iter()
+        .map(|(id, delivery)| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (id, attempt(addr, &delivery).await.answer.expect("answered"))
+            })
+        })
+        .collect();
+    for request in requests {
+        let (id, answer) = request.await.unwrap();
+        if id.starts_with("evt_panic") {
+            assert_eq!(answer.status, 500);
+            assert_eq!(
+                answer.body,
+                json!({ "error": "event handler failed; the delivery is archived as FAILED", "event_id": id })
+            );
+        } else {
+            assert_eq!((answer.status, answer.body), (200, json!({ "event_id": id, "status": "processed" })));
+        }
+    }
+
+    // Archived FAILED with the panic's message; the write before the panic
+    // is rolled back with the dedup row.
+    let failed: Vec<(String, String)> = sqlx::query_as(
+        "SELECT event_id, error_message FROM webhook_events WHERE processing_status = 'FAILED' ORDER BY event_id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(failed.len(), 10);
+    for ((event_id, error), id) in failed.iter().zip(&panicking) {
+        assert_eq!(event_id, id);
+        assert!(error.starts_with("handler panicked: index out of bounds"), "{error}");
+    }
+    let partial: i64 = sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE id LIKE 'sub_partial_%'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(partial, 0);
+    let panicked_dedup: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM processed_webhook_events WHERE event_id LIKE 'evt_panic%'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(panicked_dedup, 0);
+
+    // Still serving: a new event is applied, and the provider's retry of a
+    // panicking one fails the same way (FAILED again, nothing applied).
+    let later = Event::mixed("later", 1).remove(0);
+    assert_eq!(attempt(addr, &later.delivery).await.answer.unwrap().status, 200);
+    let retry = paddle(&subscription_created(&panicking[0], "sub_x"));
+    assert_eq!(attempt(addr, &retry).await.answer.unwrap().status, 500);
+
+    let ledger = Ledger::count(db.pool(), &[good.clone(), vec![later]].concat()).await;
+    Report {
+        fault: "panicking handler",
+        events: 21,
+        deliveries: 22,
+        ledger: Some(&ledger),
+        notes:
+            "10 deliveries whose handler writes then panics, fired with 10 good ones: the 10 answered 500, \
+                archived FAILED (\"handler panicked: ...\"), their writes rolled back; the 11 good events \
+                applied once; the process kept serving"
+                .into(),
+    }
+    .print();
+    ledger.assert_exactly_once();
+
+    stop.send(()).unwrap();
+    assert!(server.await.unwrap());
+}

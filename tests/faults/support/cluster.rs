@@ -1,0 +1,65 @@
+//! A private PostgreSQL for the faults that stop and start the server itself,
+//! which must not be the one every other test shares.
+
+use sqlx::postgres::PgConnectOptions;
+use tempfile::TempDir;
+use webhook_inbox::db::embedded::{EmbeddedOptions, EmbeddedPostgres};
+
+/// A throwaway cluster in a temporary directory, removed on drop.
+pub struct Cluster {
+    server: Option<EmbeddedPostgres>,
+    options: PgConnectOptions,
+    // Declared last: the directory goes after the server is stopped.
+    dir: TempDir,
+}
+
+const OPTIONS: EmbeddedOptions = EmbeddedOptions { durable: false, stop_with_parent: true };
+
+impl Cluster {
+    /// initdb and start (a second or two).
+    pub async fn start() -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let root = dir.path().join("cluster");
+        let server = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&root, &OPTIONS))
+            .await
+            .unwrap()
+            .expect("start a private PostgreSQL");
+        let options = server.connect_options();
+        Cluster { server: Some(server), options, dir }
+    }
+
+    /// The `DATABASE_URL` of its `postgres` database.
+    pub fn url(&self) -> String {
+        super::service::database_url(&self.options)
+    }
+
+    /// Options to connect to its `postgres` database.
+    pub fn connect_options(&self) -> PgConnectOptions {
+        self.options.clone()
+    }
+
+    /// Stops the server (fast shutdown: sessions are ended) and waits until it is gone.
+    pub async fn stop(&mut self) {
+        let server = self.server.take().expect("the server runs");
+        tokio::task::spawn_blocking(move || server.stop()).await.unwrap().expect("stop PostgreSQL");
+    }
+
+    /// Starts the stopped server again on the same data and socket.
+    pub async fn restart(&mut self) {
+        assert!(self.server.is_none(), "the server already runs");
+        let root = self.dir.path().join("cluster");
+        let server = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&root, &OPTIONS))
+            .await
+            .unwrap()
+            .expect("restart PostgreSQL");
+        self.server = Some(server);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = server.stop();
+        }
+    }
+}

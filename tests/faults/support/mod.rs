@@ -1,0 +1,27 @@
+//! What the fault tests share: the real binary as a child process, a private
+//! PostgreSQL, a provider that redelivers until it gets a 2xx, and the SQL
+//! that counts what was applied.
+
+// Shared with the api suite (`tests/api/support`), which uses what this suite does not.
+#[allow(dead_code)]
+#[path = "../../api/support/database.rs"]
+pub mod database;
+#[allow(dead_code)]
+#[path = "../../api/support/signing.rs"]
+pub mod signing;
+#[allow(dead_code)]
+#[path = "../../api/support/socket.rs"]
+pub mod socket;
+
+pub mod cluster;
+pub mod ledger;
+pub mod provider;
+pub mod service;
+pub mod watch;
+
+pub use cluster::Cluster;
+pub use database::TestDatabase;
+pub use ledger::{Ledger, Report};
+pub use provider::{Event, Provider};
+pub use service::Service;
+pub use signing::*;
