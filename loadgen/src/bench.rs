@@ -77,6 +77,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     eprintln!("starting the service ...");
     let service = Service::start(&args.service, &env, &work.join("service.log")).await?;
+    let server_version = pgbench::psql(&conninfo, "SHOW server_version")?;
     let same_sql =
         pgbench::write_script(&work, "same-sql.sql", &pgbench::same_sql_script(args.payload_bytes))?;
     let naive = pgbench::write_script(&work, "naive.sql", &pgbench::naive_script(args.payload_bytes))?;
@@ -128,7 +129,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
     let peak_rss_kib = service.peak_rss_kib();
     service.stop()?;
-    let markdown = render(&args, &rows, &check, peak_rss_kib, &conninfo)?;
+    let markdown = render(&args, &rows, &check, peak_rss_kib, &server_version)?;
     write_section(&args.output, &markdown)?;
     println!("{markdown}");
     std::fs::remove_dir_all(&work).ok();
@@ -212,10 +213,9 @@ fn render(
     rows: &[Row],
     storm_check: &str,
     peak_rss_kib: Option<u64>,
-    conninfo: &str,
+    version: &str,
 ) -> anyhow::Result<String> {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let version = pgbench::psql(conninfo, "SHOW server_version")?;
     let commit = std::process::Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
         .output()
