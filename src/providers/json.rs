@@ -9,7 +9,6 @@
 //! they serialize maps. So it is answered 400 before anything is stored.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 
 use crate::event::EventError;
 
@@ -23,24 +22,32 @@ use crate::event::EventError;
 /// costs heap, not stack.
 pub fn check_unique_keys(body: &str) -> Result<(), EventError> {
     let bytes = body.as_bytes();
-    // One entry per open container: the keys seen so far for an object,
-    // `None` for an array.
-    let mut open: Vec<Option<HashSet<Cow<'_, str>>>> = Vec::new();
+    // The keys of every open object, innermost last; and one entry per open
+    // container: where its keys start for an object, `None` for an array.
+    // An object's keys are sorted and compared when it closes: no hashing,
+    // and O(n log n) however many keys a hostile body puts in one object.
+    let mut keys: Vec<Cow<'_, str>> = Vec::new();
+    let mut open: Vec<Option<usize>> = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'{' => open.push(Some(HashSet::new())),
+            b'{' => open.push(Some(keys.len())),
             b'[' => open.push(None),
             b'}' | b']' => {
-                open.pop();
+                if let Some(Some(start)) = open.pop() {
+                    let object = &mut keys[start..];
+                    object.sort_unstable();
+                    if object.windows(2).any(|pair| pair[0] == pair[1]) {
+                        return Err(EventError::DuplicateKey);
+                    }
+                    keys.truncate(start);
+                }
             }
             b'"' => {
                 let end = string_end(bytes, i);
                 let is_key = bytes[end..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':');
-                if let (true, Some(Some(keys))) = (is_key, open.last_mut())
-                    && !keys.insert(unescape(&body[i..end]))
-                {
-                    return Err(EventError::DuplicateKey);
+                if is_key && matches!(open.last(), Some(Some(_))) {
+                    keys.push(unescape(&body[i..end]));
                 }
                 i = end;
                 continue;
