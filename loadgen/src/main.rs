@@ -68,7 +68,7 @@ pub struct LoadArgs {
     json: bool,
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse() {
         Cli::Load(args) => {

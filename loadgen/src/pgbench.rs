@@ -15,38 +15,35 @@ pub struct Ceiling {
     pub latency_avg_ms: f64,
 }
 
-/// The event-id and payload expressions every script uses: a 2.5 KB body
-/// like loadgen's, with a random event id spliced in. The concatenation
-/// keeps the payload a per-execution value, so PostgreSQL parses the jsonb
-/// on every insert as it does for the service's bound parameter.
-fn id_and_payload(payload_bytes: usize) -> (String, String) {
-    let body = events::paddle_body("EVENTID", "transaction.updated", payload_bytes);
-    let (before, after) = body.split_once("EVENTID").expect("the body names its event id");
-    let (middle, after) = after.split_once("EVENTID").expect("twice: event_id and notification_id");
-    let id = "('pgb_' || :client_id || '_' || :n)".to_string();
-    let payload = format!("('{before}' || {id} || '{middle}' || {id} || '{after}')::jsonb");
+/// The event-id and payload expressions of a script: a body like loadgen's
+/// for `event_type`, with a random event id spliced in wherever the body
+/// names it. The concatenation keeps the payload a per-execution value, so
+/// PostgreSQL parses the jsonb on every insert as it does for the service's
+/// bound parameter.
+fn id_and_payload(event_type: &str, payload_bytes: usize) -> (String, String) {
+    let body = events::paddle_body("EVENTID", event_type, payload_bytes);
+    let id = "('pgb_' || :client_id::text || '_' || :n::text)".to_string();
+    let parts: Vec<String> = body.split("EVENTID").map(|part| format!("'{part}'")).collect();
+    let payload = format!("({})::jsonb", parts.join(&format!(" || {id} || ")));
     (id, payload)
 }
 
-/// The service's own statement for a delivery whose type has no side
-/// effects (`archive::record` in src/inbox/archive.rs): one autocommitted
-/// statement. Keep it identical to the service's.
-pub fn same_sql_script(payload_bytes: usize) -> String {
-    let (id, payload) = id_and_payload(payload_bytes);
+/// The record statement, as in `archive::record` (src/inbox/archive.rs).
+fn record_statement(event_type: &str, payload_bytes: usize) -> String {
+    let (id, payload) = id_and_payload(event_type, payload_bytes);
     format!(
-        "\\set n random(1, 9000000000000000000)
-WITH dedup AS (
+        "WITH dedup AS (
     INSERT INTO processed_webhook_events (provider, event_id, event_type)
-    VALUES ('paddle', {id}, 'transaction.updated')
+    VALUES ('paddle', {id}, '{event_type}')
     ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
     RETURNING id
 )
 INSERT INTO webhook_events
     (provider, event_id, event_type, payload, signature, secret_index,
-     notification_id, request_id, occurred_at, processing_status, processed_at)
-SELECT 'paddle', {id}, 'transaction.updated', {payload},
+     notification_id, request_id, occurred_at, reprocess_of, processing_status, processed_at)
+SELECT 'paddle', {id}, '{event_type}', {payload},
        'ts=1712917129;h1=5e2c3a6ea1fbb3e7d4b5ebc0a3a54af3d5c0c5e9a4ef0c7a9c1b1f8e2d3c4b5a', 0,
-       'ntf_' || {id}, 'c3b5a1d2-0f4e-4e7a-9b1c-2d3e4f5a6b7c', '2024-04-12T10:18:49.621022Z',
+       'ntf_' || {id}, 'c3b5a1d2-0f4e-4e7a-9b1c-2d3e4f5a6b7c', '2024-04-12T10:18:49.621022Z', NULL,
        CASE WHEN EXISTS (SELECT FROM dedup) THEN 'PROCESSED' ELSE 'SKIPPED' END,
        now()
 RETURNING id, processing_status = 'PROCESSED';
@@ -54,10 +51,65 @@ RETURNING id, processing_status = 'PROCESSED';
     )
 }
 
+/// The service's own statement for a delivery whose type has no side
+/// effects (`archive::record` in src/inbox/archive.rs): one autocommitted
+/// statement. Keep it identical to the service's.
+pub fn same_sql_script(payload_bytes: usize) -> String {
+    format!(
+        "\\set n random(1, 9000000000000000000)\n{}",
+        record_statement("transaction.updated", payload_bytes)
+    )
+}
+
+/// The service's statements for a first `subscription.created` (src/inbox
+/// and src/handlers/billing): BEGIN and the savepoint, the record
+/// statement, the subscription upsert with its ordering guard, the credit
+/// grant, COMMIT. (The service sends BEGIN and SAVEPOINT in one round trip;
+/// pgbench cannot, in prepared mode; and `chr(58)` stands for a colon that
+/// pgbench would take for a variable.) Keep it identical to the service's.
+pub fn handler_sql_script(payload_bytes: usize) -> String {
+    let (id, _) = id_and_payload("subscription.created", payload_bytes);
+    let sub = format!("('sub_' || {id})");
+    format!(
+        "\\set n random(1, 9000000000000000000)
+BEGIN;
+SAVEPOINT before_dedup;
+{record}INSERT INTO subscriptions AS s
+    (id, customer_id, user_id, status, items, current_period_starts_at, current_period_ends_at,
+     scheduled_change, canceled_at, created_at, last_event_at, last_event_id)
+VALUES ({sub}, 'ctm_01hv6y1jedq4p1n0yqn5ba3ky4', 'user_' || {id}, 'active',
+        '[{{\"price_id\": \"pri_bench\", \"quantity\": 1}}, {{\"price_id\": \"pri_bench\", \"quantity\": 1}}]',
+        '2024-04-12T10:18:47.635628Z', '2024-05-12T10:18:47.635628Z', NULL, NULL, COALESCE(NULL, now()),
+        '2024-04-12T10:18:49.621022Z', {id})
+ON CONFLICT (id) DO UPDATE
+SET customer_id = EXCLUDED.customer_id,
+    user_id = COALESCE(EXCLUDED.user_id, s.user_id),
+    status = CASE WHEN s.status = 'canceled' THEN s.status ELSE EXCLUDED.status END,
+    canceled_at = CASE WHEN s.status = 'canceled' THEN s.canceled_at ELSE EXCLUDED.canceled_at END,
+    items = EXCLUDED.items,
+    current_period_starts_at = EXCLUDED.current_period_starts_at,
+    current_period_ends_at = EXCLUDED.current_period_ends_at,
+    scheduled_change = EXCLUDED.scheduled_change,
+    updated_at = now(),
+    last_event_at = EXCLUDED.last_event_at,
+    last_event_id = EXCLUDED.last_event_id
+WHERE s.last_event_at < EXCLUDED.last_event_at
+RETURNING status, user_id;
+INSERT INTO credit_grants (cause, event_id, subscription_id, user_id, amount, period_starts_at)
+SELECT 'subscription:' || {sub} || chr(58) || 'initial', {id}, {sub},
+       COALESCE('user_' || {id}, (SELECT user_id FROM subscriptions WHERE id = {sub})), 20,
+       '2024-04-12T10:18:47.635628Z'
+ON CONFLICT DO NOTHING;
+COMMIT;
+",
+        record = record_statement("subscription.created", payload_bytes)
+    )
+}
+
 /// What the design's steps look like issued one by one: BEGIN, archive row
 /// PENDING, SAVEPOINT, dedup insert, mark PROCESSED, COMMIT.
 pub fn naive_script(payload_bytes: usize) -> String {
-    let (id, payload) = id_and_payload(payload_bytes);
+    let (id, payload) = id_and_payload("transaction.updated", payload_bytes);
     format!(
         "\\set n random(1, 9000000000000000000)
 BEGIN;
