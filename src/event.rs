@@ -66,3 +66,54 @@ pub fn required<'a>(value: Option<Cow<'a, str>>, field: &'static str) -> Result<
         _ => Err(EventError::Missing(field)),
     }
 }
+
+/// An [`Event`] that owns its data, so it can be handed to a delivery
+/// worker while the request that carried it goes its way.
+#[derive(Debug)]
+pub struct OwnedEvent {
+    id: String,
+    event_type: String,
+    occurred_at: Option<DateTime<Utc>>,
+    notification_id: Option<String>,
+    data: Option<Box<RawValue>>,
+}
+
+impl OwnedEvent {
+    /// The event's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// When the provider says the event happened.
+    pub fn occurred_at(&self) -> Option<DateTime<Utc>> {
+        self.occurred_at
+    }
+
+    /// The event's type.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// The event, borrowed from here.
+    pub fn as_event(&self) -> Event<'_> {
+        Event {
+            id: Cow::Borrowed(&self.id),
+            event_type: Cow::Borrowed(&self.event_type),
+            occurred_at: self.occurred_at,
+            notification_id: self.notification_id.as_deref().map(Cow::Borrowed),
+            data: self.data.as_deref(),
+        }
+    }
+}
+
+impl From<Event<'_>> for OwnedEvent {
+    fn from(event: Event<'_>) -> Self {
+        OwnedEvent {
+            id: event.id.into_owned(),
+            event_type: event.event_type.into_owned(),
+            occurred_at: event.occurred_at,
+            notification_id: event.notification_id.map(Cow::into_owned),
+            data: event.data.map(ToOwned::to_owned),
+        }
+    }
+}

@@ -75,7 +75,7 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     http::serve(
         listener,
         http::app(state.clone()),
-        state.tasks.clone(),
+        state.workers.clone(),
         config.request_read_timeout(),
         shutdown,
         Duration::from_secs(config.shutdown_grace_secs),

@@ -79,7 +79,9 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::ProviderDisabled(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Inbox(InboxError::Unavailable(_) | InboxError::Busy) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Inbox(InboxError::Unavailable(_) | InboxError::Busy | InboxError::Overloaded) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Inbox(InboxError::UnstorablePayload) => StatusCode::BAD_REQUEST,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -95,7 +97,8 @@ impl ApiError {
             ApiError::Unauthorized(_) | ApiError::BadToken(_) => "rejected",
             ApiError::HandlerFailed { .. } => "failed",
             ApiError::Inbox(InboxError::Busy) => "busy",
-            ApiError::Inbox(InboxError::Unavailable(_)) | ApiError::ProviderDisabled(_) => "unavailable",
+            ApiError::Inbox(InboxError::Unavailable(_) | InboxError::Overloaded)
+            | ApiError::ProviderDisabled(_) => "unavailable",
             ApiError::Inbox(InboxError::Database(_)) | ApiError::Internal => "error",
             _ => "invalid",
         }

@@ -15,13 +15,12 @@ use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::routing::{get, post};
 use sqlx::PgPool;
-use tokio_util::task::TaskTracker;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
-use crate::inbox::Effects;
+use crate::inbox::{Effects, Workers};
 use crate::monitoring::Metrics;
 use crate::providers::{self, Registry};
 pub use auth::{BearerToken, TokenTooShort};
@@ -48,8 +47,9 @@ pub struct AppState {
     pub handlers: Arc<dyn Effects>,
     /// Bounds on request bodies.
     pub limits: Limits,
-    /// Deliveries in flight, which shutdown waits for.
-    pub tasks: TaskTracker,
+    /// The workers that run deliveries on their own connections; shutdown
+    /// waits for them.
+    pub workers: Workers,
     /// What `GET /metrics` shows.
     pub metrics: Arc<Metrics>,
     /// The admin API's token; `None`: the whole `/admin` tree answers 404.
@@ -61,13 +61,14 @@ pub struct AppState {
 impl AppState {
     /// State with no deliveries in flight yet.
     pub fn new(pool: PgPool, providers: Registry, handlers: impl Effects + 'static, limits: Limits) -> Self {
+        let handlers: Arc<dyn Effects> = Arc::new(handlers);
         AppState {
-            pool,
             metrics: Metrics::new(&providers.names()),
             providers: Arc::new(providers),
-            handlers: Arc::new(handlers),
+            workers: Workers::start(pool.clone(), handlers.clone()),
+            handlers,
             limits,
-            tasks: TaskTracker::new(),
+            pool,
             admin_token: None,
             metrics_token: None,
         }

@@ -11,17 +11,19 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
+
+use crate::inbox::Workers;
 
 /// Serves `app` on `listener` until `shutdown` resolves; then closes the
 /// listener (new connections are refused), lets open connections finish
-/// their current request, and waits for the delivery tasks in `tasks`, all
-/// within `grace`. Returns whether everything drained in time.
+/// their current request, and waits for the deliveries queued on `workers`
+/// (those of clients that went away too), all within `grace`. Returns
+/// whether everything drained in time.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    tasks: TaskTracker,
+    workers: Workers,
     header_read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
@@ -68,10 +70,9 @@ pub async fn serve(
 
     drop(listener);
     tracing::info!("shutting down: listener closed, draining in-flight deliveries");
-    tasks.close();
     let drained = tokio::time::timeout(grace, async {
         connections.shutdown().await;
-        tasks.wait().await;
+        workers.close().await;
     })
     .await
     .is_ok();

@@ -1,7 +1,6 @@
 //! `POST` a webhook: read the body, verify, parse, then run the inbox
 //! transaction in a task of its own.
 
-use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
@@ -12,14 +11,13 @@ use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{Value, json};
-use tracing::{Instrument, Span};
+use tracing::Span;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::event::EventError;
-use crate::inbox::{self, Delivery, Outcome};
-use crate::monitoring::ProviderMetrics;
-use crate::providers::{self, Provider, json};
+use crate::event::{EventError, OwnedEvent};
+use crate::inbox::{Accepted, Outcome, Received};
+use crate::providers::{self, json};
 
 /// Longest request id kept in the archive; longer client-sent ids are dropped.
 const MAX_REQUEST_ID_LEN: usize = 128;
@@ -87,17 +85,45 @@ async fn receive_inner(
     Span::current().record("provider", provider.name());
     let (parts, body) = request.into_parts();
     let body = read_body(&parts.headers, body, &state).await?;
-
-    // The work runs in its own task, so a client that disconnects cannot
-    // cancel it half way: the transaction commits or rolls back as a whole.
-    // The tracker lets shutdown wait for it.
-    let tasks = state.tasks.clone();
     let metrics = state.metrics.provider(provider.name());
-    let task = tasks.spawn(
-        async move { verify_and_deliver(&state, provider, &metrics, &parts.headers, &body).await }
-            .instrument(Span::current()),
-    );
-    task.await.map_err(|_| ApiError::Internal)?
+
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    // Nothing touches the database before this check passes: an unsigned
+    // request must not be able to write anything.
+    let verified = provider.verify(&parts.headers, &body, now).inspect_err(|reason| {
+        tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
+        metrics.rejected(reason);
+    })?;
+    metrics.verified();
+    let payload = std::str::from_utf8(&body).map_err(|_| EventError::NotJson)?;
+    json::check_unique_keys(payload)?;
+    let event = OwnedEvent::from(provider.parse_event(&parts.headers, &body)?);
+    let event_id = event.id().to_owned();
+    Span::current().record("event_id", event_id.as_str());
+    let request_id = parts
+        .headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| id.len() <= MAX_REQUEST_ID_LEN)
+        .map(str::to_owned);
+
+    // The rest runs on a delivery worker, to its end even if this request
+    // is dropped (the client disconnected): the transaction commits or rolls
+    // back as a whole.
+    let received = Received {
+        signature: verified.signature.to_owned(),
+        secret_index: verified.secret_index,
+        provider,
+        event,
+        body,
+        request_id,
+        span: Span::current(),
+    };
+    let Accepted { outcome, occurred_at } = state.workers.deliver(received).await?;
+    if let Outcome::Processed { .. } = outcome {
+        metrics.processed(occurred_at);
+    }
+    Ok((outcome, event_id))
 }
 
 async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<Bytes, ApiError> {
@@ -113,42 +139,4 @@ async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<
         Ok(Err(error)) if error.is::<LengthLimitError>() => Err(ApiError::PayloadTooLarge(limit)),
         Ok(Err(_)) => Err(ApiError::BodyRead),
     }
-}
-
-async fn verify_and_deliver(
-    state: &AppState,
-    provider: Arc<dyn Provider>,
-    metrics: &ProviderMetrics,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<(Outcome, String), ApiError> {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    // Nothing touches the database before this check passes: an unsigned
-    // request must not be able to write anything.
-    let verified = provider.verify(headers, body, now).inspect_err(|reason| {
-        tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
-        metrics.rejected(reason);
-    })?;
-    metrics.verified();
-    let payload = std::str::from_utf8(body).map_err(|_| EventError::NotJson)?;
-    json::check_unique_keys(payload)?;
-    let event = provider.parse_event(headers, body)?;
-    Span::current().record("event_id", event.id.as_ref());
-    let event_id = event.id.to_string();
-    let request_id =
-        headers.get("x-request-id").and_then(|v| v.to_str().ok()).filter(|id| id.len() <= MAX_REQUEST_ID_LEN);
-    let delivery = Delivery {
-        provider: provider.name(),
-        event,
-        payload,
-        signature: verified.signature,
-        secret_index: Some(verified.secret_index),
-        request_id,
-        reprocess_of: None,
-    };
-    let outcome = inbox::deliver(&state.pool, &*state.handlers, &delivery).await?;
-    if let Outcome::Processed { .. } = outcome {
-        metrics.processed(delivery.event.occurred_at);
-    }
-    Ok((outcome, event_id))
 }

@@ -15,9 +15,21 @@ pub enum InboxError {
     /// nesting deeper than it allows): answer 400.
     #[error("payload cannot be stored as JSON")]
     UnstorablePayload,
+    /// More deliveries are waiting for a database connection than the
+    /// queue holds, or the service is shutting down: answer 503.
+    #[error("too many deliveries in progress")]
+    Overloaded,
     /// Anything else: a bug or an operator problem; answer 500.
     #[error("database error")]
     Database(#[source] sqlx::Error),
+}
+
+impl InboxError {
+    /// `Unavailable`, for each delivery one broken connection failed
+    /// (sqlx errors do not clone).
+    pub(crate) fn connection_lost(error: &sqlx::Error) -> Self {
+        InboxError::Unavailable(sqlx::Error::Protocol(error.to_string()))
+    }
 }
 
 impl From<sqlx::Error> for InboxError {

@@ -5,16 +5,18 @@
 mod archive;
 mod effects;
 mod error;
+mod workers;
 
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection};
 
 use crate::event::Event;
 use crate::handlers::HandlerError;
 pub use effects::Effects;
 pub use error::InboxError;
+pub use workers::{Accepted, Received, Workers};
 
 /// One verified delivery, ready to be recorded and applied.
 #[derive(Debug)]
@@ -63,24 +65,80 @@ pub enum Outcome {
 ///
 /// Returns only after COMMIT has returned; an `Err` means nothing was committed.
 pub async fn deliver(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     effects: &dyn Effects,
     delivery: &Delivery<'_>,
 ) -> Result<Outcome, InboxError> {
     if effects.handles(delivery.provider, &delivery.event.event_type) {
-        apply_once(pool, effects, delivery).await
+        apply_once(conn, effects, delivery).await
     } else {
         // Nothing can fail after the dedup insert, so one autocommitted
         // statement (archive + dedup) is the whole transaction.
-        match archive::record(pool, delivery).await? {
-            (archive_id, true) => Ok(Outcome::Processed { archive_id }),
-            (archive_id, false) => Ok(Outcome::Duplicate { archive_id }),
-        }
+        let (archive_id, first) = archive::record(conn, delivery).await?;
+        Ok(recorded_outcome(archive_id, first))
     }
 }
 
+/// Records several deliveries of events without side effects, each as
+/// [`deliver`] would, in input order, but in one statement with one commit.
+/// A second delivery of an event in the same call, and every delivery of a
+/// batch that fails (a payload PostgreSQL refuses, a lock wait past its
+/// bound), is then recorded on its own, so each gets its own answer.
+pub async fn deliver_together(
+    conn: &mut PgConnection,
+    deliveries: &[&Delivery<'_>],
+) -> Vec<Result<Outcome, InboxError>> {
+    let mut results: Vec<Option<Result<Outcome, InboxError>>> = deliveries.iter().map(|_| None).collect();
+    let mut keys = std::collections::HashSet::new();
+    let batch: Vec<usize> = (0..deliveries.len())
+        .filter(|&i| keys.insert((deliveries[i].provider, deliveries[i].event.id.as_ref())))
+        .collect();
+    if batch.len() > 1 {
+        let members: Vec<&Delivery<'_>> = batch.iter().map(|&i| deliveries[i]).collect();
+        match archive::record_many(conn, &members).await.map_err(InboxError::from) {
+            Ok(recorded) => {
+                for (&i, (archive_id, first)) in batch.iter().zip(recorded) {
+                    results[i] = Some(Ok(recorded_outcome(archive_id, first)));
+                }
+            }
+            Err(InboxError::Unavailable(error)) => return answer_rest(results, &error),
+            Err(_) => {} // one at a time below
+        }
+    }
+    for (i, delivery) in deliveries.iter().enumerate() {
+        if results[i].is_none() {
+            match archive::record(&mut *conn, delivery).await.map_err(InboxError::from) {
+                Err(InboxError::Unavailable(error)) => return answer_rest(results, &error),
+                result => {
+                    results[i] = Some(result.map(|(archive_id, first)| recorded_outcome(archive_id, first)))
+                }
+            }
+        }
+    }
+    results.into_iter().map(|result| result.expect("every delivery was answered")).collect()
+}
+
+fn recorded_outcome(archive_id: i64, first: bool) -> Outcome {
+    match first {
+        true => Outcome::Processed { archive_id },
+        false => Outcome::Duplicate { archive_id },
+    }
+}
+
+/// Completes the answers once the connection is lost: the deliveries not
+/// yet answered are not known to have committed, so none of them gets a 2xx.
+fn answer_rest(
+    results: Vec<Option<Result<Outcome, InboxError>>>,
+    error: &sqlx::Error,
+) -> Vec<Result<Outcome, InboxError>> {
+    results
+        .into_iter()
+        .map(|result| result.unwrap_or_else(|| Err(InboxError::connection_lost(error))))
+        .collect()
+}
+
 async fn apply_once(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     effects: &dyn Effects,
     delivery: &Delivery<'_>,
 ) -> Result<Outcome, InboxError> {
@@ -88,7 +146,7 @@ async fn apply_once(
     // handler error drops the dedup row and every partial effect at once,
     // and keeps the transaction alive to archive the failure. Sent with BEGIN
     // in one round trip.
-    let mut tx = pool.begin_with("BEGIN; SAVEPOINT before_dedup").await?;
+    let mut tx = conn.begin_with("BEGIN; SAVEPOINT before_dedup").await?;
     let (archive_id, first) = archive::record(&mut *tx, delivery).await?;
     if !first {
         tx.commit().await?;

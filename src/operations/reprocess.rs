@@ -124,7 +124,8 @@ pub async fn reprocess(
         request_id,
         reprocess_of: Some(archive_id),
     };
-    let (new_id, status, error) = match inbox::deliver(pool, handlers, &delivery).await? {
+    let mut conn = pool.acquire().await.map_err(InboxError::from)?;
+    let (new_id, status, error) = match inbox::deliver(&mut conn, handlers, &delivery).await? {
         Outcome::Processed { archive_id } => (archive_id, "PROCESSED", None),
         Outcome::Duplicate { archive_id } => (archive_id, "SKIPPED", None),
         Outcome::Failed { archive_id, error } => (archive_id, "FAILED", Some(error)),

@@ -7,6 +7,7 @@ mod support;
 mod admin_api;
 mod availability;
 mod bad_input;
+mod batching;
 mod cli;
 mod concurrency;
 mod credits;

@@ -138,7 +138,10 @@ async fn database_gauges_show_recent_failures_the_oldest_unapplied_one_and_the_p
     assert_eq!(sample(&metrics, "webhook_outbox_emails", &["state=\"dead\""]), 1.0, "{metrics}");
     assert_eq!(sample(&metrics, "webhook_metrics_database_query_ok", &[]), 1.0);
     assert_eq!(sample(&metrics, "webhook_db_pool_max_connections", &[]), 8.0);
-    assert!(sample(&metrics, "webhook_db_pool_connections", &["state=\"idle\""]) >= 1.0, "{metrics}");
+    // Delivery workers keep the connections they took: in use, not idle.
+    let in_use = sample(&metrics, "webhook_db_pool_connections", &["state=\"in_use\""]);
+    let idle = sample(&metrics, "webhook_db_pool_connections", &["state=\"idle\""]);
+    assert!(in_use >= 1.0 && in_use + idle <= 8.0, "{metrics}");
     assert!(metrics.contains("# HELP webhook_deliveries_total "), "{metrics}");
 }
 

@@ -70,7 +70,7 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
     let server = tokio::spawn(serve(
         listener,
         app(state.clone()),
-        state.tasks.clone(),
+        state.workers.clone(),
         Duration::from_secs(5),
         async { stopped.await.unwrap_or(()) },
         Duration::from_secs(10),

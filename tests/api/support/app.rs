@@ -125,7 +125,7 @@ impl TestApp {
         let server = tokio::spawn(serve(
             listener,
             self.router.clone(),
-            self.state.tasks.clone(),
+            self.state.workers.clone(),
             Duration::from_secs(5),
             async { stopped.await.unwrap_or(()) },
             Duration::from_secs(20),
