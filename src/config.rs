@@ -31,7 +31,7 @@ pub struct DatabaseConfig {
     #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16, global = true)]
     pub db_max_connections: u32,
 
-    /// How long a request waits for a pooled connection before answering 503.
+    /// How long a delivery waits for a free delivery worker (or a pooled connection) before answering 503.
     #[arg(long, env = "DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000, global = true)]
     pub db_acquire_timeout_ms: u64,
 

@@ -1,5 +1,5 @@
-//! `POST` a webhook: read the body, verify, parse, then run the inbox
-//! transaction in a task of its own.
+//! `POST` a webhook: read the body, verify, parse, then hand the delivery
+//! to the inbox's workers and answer with what they committed.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
