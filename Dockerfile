@@ -2,13 +2,17 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && cargo build --release --locked && rm -rf src
+# The workspace names the benchmark's load generator: its manifest must be
+# there, though only the service is built.
+COPY loadgen/Cargo.toml loadgen/Cargo.toml
+RUN mkdir -p src loadgen/src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && echo 'fn main() {}' > loadgen/src/main.rs \
+    && cargo build --release --locked -p webhook-inbox && rm -rf src
 COPY migrations migrations
 COPY templates templates
 COPY src src
 # Cargo compares mtimes: make sure the real sources are newer than the stub.
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked -p webhook-inbox
 
 # Run: a small image with the binary, as an unprivileged user.
 FROM debian:bookworm-slim
