@@ -1,6 +1,8 @@
 //! The statements that write the archive and the dedup table.
 
-use sqlx::{PgConnection, PgExecutor};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::{PgConnection, PgExecutor, Postgres, Row};
 use tracing::instrument;
 
 use super::Delivery;
@@ -16,7 +18,7 @@ use super::Delivery;
 /// the transaction, no reader ever sees it before the outcome is known.
 #[instrument(skip_all)]
 pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery<'_>) -> sqlx::Result<(i64, bool)> {
-    sqlx::query_as(
+    let query = sqlx::query(
         "WITH dedup AS (
              INSERT INTO processed_webhook_events (provider, event_id, event_type)
              VALUES ($1, $2, $3)
@@ -30,19 +32,9 @@ pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery<'_>) 
                 CASE WHEN EXISTS (SELECT FROM dedup) THEN 'PROCESSED' ELSE 'SKIPPED' END,
                 now()
          RETURNING id, processing_status = 'PROCESSED'",
-    )
-    .bind(delivery.provider)
-    .bind(delivery.event.id.as_ref())
-    .bind(delivery.event.event_type.as_ref())
-    .bind(delivery.payload)
-    .bind(delivery.signature)
-    .bind(delivery.secret_index.map(|i| i as i16))
-    .bind(delivery.event.notification_id.as_deref())
-    .bind(delivery.request_id)
-    .bind(delivery.event.occurred_at)
-    .bind(delivery.reprocess_of)
-    .fetch_one(executor)
-    .await
+    );
+    let row = bind_delivery(query, delivery).fetch_one(executor).await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
 /// Records several deliveries of events without side effects as
@@ -113,24 +105,31 @@ pub async fn record_failure<'e>(
     delivery: &Delivery<'_>,
     error: &str,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
+    let query = sqlx::query(
         "INSERT INTO webhook_events
              (provider, event_id, event_type, payload, signature, secret_index,
               notification_id, request_id, occurred_at, reprocess_of, processing_status, error_message)
          VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, 'FAILED', $11)
          RETURNING id",
-    )
-    .bind(delivery.provider)
-    .bind(delivery.event.id.as_ref())
-    .bind(delivery.event.event_type.as_ref())
-    .bind(delivery.payload)
-    .bind(delivery.signature)
-    .bind(delivery.secret_index.map(|i| i as i16))
-    .bind(delivery.event.notification_id.as_deref())
-    .bind(delivery.request_id)
-    .bind(delivery.event.occurred_at)
-    .bind(delivery.reprocess_of)
-    .bind(error)
-    .fetch_one(executor)
-    .await
+    );
+    bind_delivery(query, delivery).bind(error).fetch_one(executor).await?.try_get(0)
+}
+
+/// Binds what the archive records of a delivery, as `$1` to `$10` in the
+/// order of the archive's columns.
+fn bind_delivery<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    delivery: &'q Delivery<'_>,
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(delivery.provider)
+        .bind(delivery.event.id.as_ref())
+        .bind(delivery.event.event_type.as_ref())
+        .bind(delivery.payload)
+        .bind(delivery.signature)
+        .bind(delivery.secret_index.map(|i| i as i16))
+        .bind(delivery.event.notification_id.as_deref())
+        .bind(delivery.request_id)
+        .bind(delivery.event.occurred_at)
+        .bind(delivery.reprocess_of)
 }

@@ -12,7 +12,7 @@ use webhook_inbox::http::{AppState, Limits, app};
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::paddle::Paddle;
 
-use crate::support::app::send;
+use crate::support::app::{Answer, send};
 use crate::support::*;
 
 /// Opens a transaction that holds `event_id`'s dedup row uncommitted, as a
@@ -68,8 +68,9 @@ async fn a_duplicate_waiting_past_lock_timeout_answers_503_and_the_retry_succeed
     assert_eq!(app.send(&delivery).await.body, json!({ "event_id": "evt_01", "status": "processed" }));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_duplicate_waits_for_the_first_attempt_and_applies_the_event_if_it_rolled_back() {
+/// A delivery of `evt_01` waits on a first attempt still in progress, which
+/// then ends with `end` (ROLLBACK or COMMIT); returns the app and the answer.
+async fn behind_a_first_attempt_that_ends_with(end: &'static str) -> (TestApp, Answer) {
     let app = TestApp::spawn().await;
     let mut holder = hold_dedup_row(&app, "evt_01").await;
     let router = app.router.clone();
@@ -77,25 +78,21 @@ async fn a_duplicate_waits_for_the_first_attempt_and_applies_the_event_if_it_rol
         tokio::spawn(async move { send(&router, &paddle(&subscription_created("evt_01", "sub_01"))).await });
 
     until_a_delivery_waits_on_the_lock(&app).await;
-    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await.unwrap();
-
+    sqlx::raw_sql(end).execute(&mut holder).await.unwrap();
     let answer = waiting.await.unwrap();
+    (app, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_waits_for_the_first_attempt_and_applies_the_event_if_it_rolled_back() {
+    let (app, answer) = behind_a_first_attempt_that_ends_with("ROLLBACK").await;
     assert_eq!(answer.body, json!({ "event_id": "evt_01", "status": "processed" }));
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_waits_for_the_first_attempt_and_skips_if_it_committed() {
-    let app = TestApp::spawn().await;
-    let mut holder = hold_dedup_row(&app, "evt_01").await;
-    let router = app.router.clone();
-    let waiting =
-        tokio::spawn(async move { send(&router, &paddle(&subscription_created("evt_01", "sub_01"))).await });
-
-    until_a_delivery_waits_on_the_lock(&app).await;
-    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
-
-    let answer = waiting.await.unwrap();
+    let (app, answer) = behind_a_first_attempt_that_ends_with("COMMIT").await;
     assert_eq!(answer.body, json!({ "event_id": "evt_01", "idempotent": true }));
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 0);
     assert_eq!(app.archive_statuses().await, ["SKIPPED"]);
