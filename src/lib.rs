@@ -1,6 +1,10 @@
 //! webhook-inbox: verified, archived, exactly-once webhook intake.
 //!
-//! Read top to bottom, the modules follow one delivery through the service.
+//! A delivery's path: `http` reads the request and has `providers` verify
+//! it and read its `event`; `inbox` records it and applies its `handlers`
+//! in one transaction, on the workers that hold the `db` connections;
+//! `outbox` sends what must leave the database. `operations`, `cli` and
+//! `monitoring` are for the people who run it.
 
 /// The subcommands.
 pub mod cli;
@@ -14,7 +18,7 @@ pub mod event;
 pub mod handlers;
 /// The HTTP routes and the server.
 pub mod http;
-/// The one-transaction-per-delivery core: archive, dedup, handler.
+/// The core: one transaction per delivery (archive, dedup, handler), run by delivery workers.
 pub mod inbox;
 /// Prometheus metrics.
 pub mod monitoring;
