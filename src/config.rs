@@ -67,7 +67,7 @@ pub struct ServeConfig {
     #[command(flatten)]
     pub handlers: HandlersConfig,
 
-    /// On SIGTERM or Ctrl-C, how long in-flight deliveries get to finish before the process exits.
+    /// On SIGTERM or Ctrl-C, the bound on the whole shutdown: in-flight deliveries and email sends get all of it but the last fifth (at most 2 s), which closes the database.
     #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 25)]
     pub shutdown_grace_secs: u64,
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{DatabaseConfig, OutboxConfig, ServeConfig};
@@ -61,7 +63,11 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         "listening"
     );
 
-    // One signal stops both the server and the background work.
+    // One signal stops the server and the background work at once, and
+    // one deadline bounds all of it: the orchestrator's SIGKILL follows
+    // its own grace period, counted from the same signal.
+    let grace = Duration::from_secs(config.shutdown_grace_secs);
+    let drain = grace - closing_reserve(grace);
     let stop = CancellationToken::new();
     let retention = retention
         .map(|policy| tokio::spawn(retention::run(db.pool.clone(), policy, RETENTION_EVERY, stop.clone())));
@@ -72,26 +78,65 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
             stop.cancel();
         }
     };
-    http::serve(
-        listener,
-        http::app(state.clone()),
-        state.workers.clone(),
-        config.request_read_timeout(),
-        shutdown,
-        Duration::from_secs(config.shutdown_grace_secs),
-    )
-    .await;
-    // After the drain: the deliveries' emails are enqueued by now, and the
-    // worker's last round finishes (or its claims expire) before the pool closes.
-    if let Some(worker) = worker {
-        worker.stop().await;
+    // In parallel with the HTTP drain: the outbox worker claims no new
+    // round and finishes the one in progress, and retention the batch in
+    // progress, by the same deadline.
+    let background = async {
+        stop.cancelled().await;
+        let signalled = Instant::now();
+        let drained_by = signalled + drain;
+        let (emails_done, ()) = tokio::join!(
+            async {
+                match worker {
+                    Some(worker) => worker.stop(drained_by).await,
+                    None => true,
+                }
+            },
+            stop_retention(retention, drained_by),
+        );
+        (signalled, emails_done)
+    };
+    let (deliveries_done, (signalled, emails_done)) = tokio::join!(
+        http::serve(
+            listener,
+            http::app(state.clone()),
+            state.workers.clone(),
+            config.request_read_timeout(),
+            shutdown,
+            drain,
+        ),
+        background,
+    );
+    db.close_by((signalled + grace).into_std()).await;
+    if !(deliveries_done && emails_done) {
+        tracing::error!(
+            grace_secs = grace.as_secs(),
+            deliveries_abandoned = !deliveries_done,
+            emails_abandoned = !emails_done,
+            "shutdown grace period expired with work in flight: abandoned deliveries were never acknowledged \
+             (their providers retry them); abandoned emails are sent when their claim expires"
+        );
+        anyhow::bail!("shutdown grace period expired with work in flight");
     }
-    if let Some(retention) = retention {
-        // A purge batch in progress finishes (it is short) before the pool closes.
-        let _ = retention.await;
-    }
-    db.close().await;
     Ok(())
+}
+
+/// Of the shutdown grace period, the end kept for closing the pool and
+/// stopping an embedded PostgreSQL once the drain is over: a fifth, at most 2 s.
+fn closing_reserve(grace: Duration) -> Duration {
+    (grace / 5).min(Duration::from_secs(2))
+}
+
+/// Waits for retention to finish its batch in progress, until `deadline`;
+/// a batch cut short rolls back.
+async fn stop_retention(retention: Option<JoinHandle<()>>, deadline: Instant) {
+    let Some(mut retention) = retention else {
+        return;
+    };
+    if tokio::time::timeout_at(deadline, &mut retention).await.is_err() {
+        retention.abort();
+        tracing::warn!("shutdown grace period expired during a retention purge batch; it rolls back");
+    }
 }
 
 /// A configured bearer token; unset or empty means the endpoint's default.

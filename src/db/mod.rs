@@ -2,7 +2,7 @@
 
 pub mod embedded;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use secrecy::ExposeSecret;
@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::config::DatabaseConfig;
-use embedded::{EmbeddedOptions, EmbeddedPostgres};
+use embedded::{EmbeddedError, EmbeddedOptions, EmbeddedPostgres, STOP_TIMEOUT};
 
 /// How long closing waits for connections still in use to come back.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -54,12 +54,23 @@ impl Database {
     /// it would make the grace period no bound at all. Abandoned, its
     /// transaction rolls back when its session ends with the process.
     pub async fn close(self) {
-        if tokio::time::timeout(CLOSE_TIMEOUT, self.pool.close()).await.is_err() {
+        self.close_by(Instant::now() + CLOSE_TIMEOUT + STOP_TIMEOUT).await;
+    }
+
+    /// [`close`](Self::close), done by `deadline` (the end of `serve`'s
+    /// shutdown grace period): an embedded server still stopping then was
+    /// told to, and finishes its fast shutdown on its own.
+    pub async fn close_by(self, deadline: Instant) {
+        let pool_deadline = deadline.min(Instant::now() + CLOSE_TIMEOUT);
+        if tokio::time::timeout_at(pool_deadline.into(), self.pool.close()).await.is_err() {
             tracing::warn!("closing with database connections still in use; their transactions roll back");
         }
         if let Some(embedded) = self.embedded {
-            match tokio::task::spawn_blocking(move || embedded.stop()).await {
+            match tokio::task::spawn_blocking(move || embedded.stop_by(deadline)).await {
                 Ok(Ok(())) => {}
+                Ok(Err(error @ EmbeddedError::StopTimeout { .. })) => {
+                    tracing::warn!(%error, "the embedded PostgreSQL finishes shutting down on its own")
+                }
                 Ok(Err(error)) => tracing::error!(%error, "stopping the embedded PostgreSQL"),
                 Err(error) => tracing::error!(%error, "stopping the embedded PostgreSQL"),
             }

@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::EmailKind;
@@ -187,6 +188,7 @@ impl Worker {
                 }
             }
         }
+        tracing::info!("outbox worker stopped");
     }
 }
 
@@ -198,13 +200,29 @@ pub struct RunningWorker {
 }
 
 impl RunningWorker {
-    /// Stops after the round in progress (its sends are bounded by the SMTP
-    /// timeout) and waits for it; claims it could not record expire and
-    /// are picked up by the next worker.
-    pub async fn stop(self) {
+    /// Starts no new round from now on, and waits for the round in progress
+    /// until `deadline`; past it the round is abandoned. Returns whether it
+    /// finished.
+    ///
+    /// An abandoned round loses nothing: its claims stay leased, and the
+    /// next worker (this process's successor, another replica) sends their
+    /// emails once the lease expires. One the SMTP server had accepted
+    /// before the round was cut is sent again then, with the same Message-ID.
+    pub async fn stop(self, deadline: Instant) -> bool {
         self.stop.cancel();
-        if let Err(error) = self.task.await {
-            tracing::error!(%error, "the outbox worker panicked");
+        let mut task = self.task;
+        match tokio::time::timeout_at(deadline, &mut task).await {
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                tracing::error!(%error, "the outbox worker panicked");
+                true
+            }
+            Err(_) => {
+                task.abort();
+                // Returns once the round is dropped, and its connection with it.
+                let _ = task.await;
+                false
+            }
         }
     }
 }

@@ -232,7 +232,8 @@ async fn the_spawned_worker_sends_what_deliveries_enqueue_and_stops_when_asked()
     create_user(&app, "user_01").await;
     create_user(&app, "user_02").await;
     let messages = smtp.until_received(2).await;
-    running.stop().await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    assert!(running.stop(deadline).await, "the round in progress finished");
 
     assert_eq!(messages.len(), 2);
     create_user(&app, "user_03").await;

@@ -11,6 +11,7 @@ mod support;
 mod disconnect;
 mod kill;
 mod logs;
+mod outbox_shutdown;
 mod panics;
 mod postgres_restart;
 mod replicas;

@@ -86,6 +86,7 @@ async fn a_delivery_stuck_past_the_grace_period_is_abandoned_uncommitted_and_the
     let status = service.exited_within(Duration::from_secs(10)).await.expect("exits after the grace period");
     let exited_after = terminated.elapsed();
     assert!(exited_after < Duration::from_secs(3), "exited {exited_after:?} after SIGTERM, grace 1 s");
+    assert!(!status.success(), "a delivery was abandoned, yet the exit status is {status}");
     let stuck = stuck.await.unwrap();
     assert!(!stuck.succeeded(), "never a 2xx for what did not commit: {:?}", stuck.answer);
 

@@ -45,6 +45,9 @@ use server_user::ServerUser;
 /// How long starting (initdb included) or attaching may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long [`EmbeddedPostgres::stop`] waits for the fast shutdown.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How the embedded server is run.
 #[derive(Debug, Clone)]
 pub struct EmbeddedOptions {
@@ -139,6 +142,13 @@ impl EmbeddedPostgres {
     /// attached handle whose owner has meanwhile exited is the last user, and
     /// takes ownership to stop the server.
     pub fn stop(self) -> Result<(), EmbeddedError> {
+        self.stop_by(Instant::now() + STOP_TIMEOUT)
+    }
+
+    /// [`stop`](Self::stop), waiting for the server to be gone only until
+    /// `deadline`: a server told to stop by then finishes on its own
+    /// ([`EmbeddedError::StopTimeout`] says so).
+    pub fn stop_by(self, deadline: Instant) -> Result<(), EmbeddedError> {
         // Locals drop in reverse order: users.lock is released before owner.lock.
         let Self { layout, owner_lock, users_lock, server } = self;
         users_lock.unlock().map_err(io_error("unlock", &layout.users_lock))?;
@@ -162,7 +172,7 @@ impl EmbeddedPostgres {
             );
             return Ok(());
         }
-        server.stop(&layout)?;
+        server.stop(&layout, deadline)?;
         tracing::info!(dir = %layout.root.display(), "stopped the embedded PostgreSQL");
         Ok(())
     }

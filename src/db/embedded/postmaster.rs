@@ -17,13 +17,10 @@ use super::binaries::Binaries;
 use super::error::io_error;
 use super::layout::{Layout, PORT};
 use super::server_user::ServerUser;
-use super::{EmbeddedError, EmbeddedOptions};
+use super::{EmbeddedError, EmbeddedOptions, STOP_TIMEOUT};
 
 /// How often a wait re-checks; short, as starting takes well under a second.
 pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(20);
-
-/// How long fast shutdown may take.
-const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A postmaster this process owns.
 #[derive(Debug)]
@@ -43,14 +40,15 @@ impl Postmaster {
     }
 
     /// Fast shutdown (SIGINT: sessions are ended, a checkpoint is written) and
-    /// wait until the process is gone.
-    pub fn stop(mut self, layout: &Layout) -> Result<(), EmbeddedError> {
+    /// wait until the process is gone, or until `deadline`; the server then
+    /// finishes shutting down on its own.
+    pub fn stop(mut self, layout: &Layout, deadline: Instant) -> Result<(), EmbeddedError> {
         let pid = self.pid();
         match kill(pid, Signal::SIGINT) {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(errno) => return Err(io_error("signal PostgreSQL in", &layout.root)(errno.into())),
         }
-        let deadline = Instant::now() + STOP_TIMEOUT;
+        let started = Instant::now();
         loop {
             let gone = match &mut self {
                 Self::Child(child) => {
@@ -64,11 +62,11 @@ impl Postmaster {
             if Instant::now() >= deadline {
                 return Err(EmbeddedError::StopTimeout {
                     pid: pid.as_raw(),
-                    waited: STOP_TIMEOUT,
+                    waited: started.elapsed(),
                     log: layout.log.clone(),
                 });
             }
-            std::thread::sleep(POLL_INTERVAL);
+            std::thread::sleep(POLL_INTERVAL.min(deadline.saturating_duration_since(Instant::now())));
         }
     }
 }
@@ -153,7 +151,7 @@ pub(super) fn spawn(
         Ok(Some(_)) => Ok(Postmaster::Child(child)),
         Ok(None) => {
             // Leave no half-started server behind us.
-            let _ = Postmaster::Child(child).stop(layout);
+            let _ = Postmaster::Child(child).stop(layout, Instant::now() + STOP_TIMEOUT);
             Err(not_ready(layout))
         }
         Err(err) => Err(err),

@@ -7,8 +7,9 @@ pub mod database;
 pub mod events;
 pub mod outbox;
 pub mod signing;
-pub mod smtp;
 // Shared with the fault suite (`tests/faults`), each using what the other does not.
+#[allow(dead_code)]
+pub mod smtp;
 #[allow(dead_code)]
 pub mod socket;
 #[allow(dead_code)]

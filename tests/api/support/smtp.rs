@@ -1,6 +1,7 @@
 //! A real SMTP listener on loopback, small enough to read: EHLO/HELO, MAIL,
 //! RCPT, DATA, RSET, NOOP, QUIT. It records every message it accepts, and
-//! can be told to refuse (421), as a server that is down would.
+//! can be told to refuse (421), as a server that is down would, or to
+//! stall, as a server that hangs would.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// One accepted message.
@@ -38,12 +40,15 @@ impl Received {
 struct State {
     messages: Vec<Received>,
     refusing: bool,
+    /// Connections held ungreeted so far.
+    stalled: usize,
 }
 
 /// The listener; stops when dropped.
 pub struct SmtpServer {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
+    stalling: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
@@ -52,13 +57,14 @@ impl SmtpServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
+        let (stalling, stalled) = watch::channel(false);
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(session(stream, shared.clone()));
+                tokio::spawn(session(stream, shared.clone(), stalled.clone()));
             }
         });
-        SmtpServer { addr, state, task }
+        SmtpServer { addr, state, stalling, task }
     }
 
     /// `SMTP_URL` for this server.
@@ -75,6 +81,24 @@ impl SmtpServer {
     /// and to MAIL on open ones; or accept again.
     pub fn refuse(&self, refusing: bool) {
         self.state.lock().unwrap().refusing = refusing;
+    }
+
+    /// From now on, accept connections but greet none of them (the client
+    /// waits, up to its timeout) until `stall(false)`, which greets those
+    /// held and carries on.
+    pub fn stall(&self, stalling: bool) {
+        self.stalling.send_replace(stalling);
+    }
+
+    /// Polls until `count` connections in all have been held ungreeted.
+    pub async fn until_stalled(&self, count: usize) {
+        for _ in 0..1000 {
+            if self.state.lock().unwrap().stalled >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{count} connections never stalled");
     }
 
     /// Polls until `count` messages arrived (the condition, not a guess at its timing).
@@ -96,7 +120,18 @@ impl Drop for SmtpServer {
     }
 }
 
-async fn session(stream: TcpStream, state: Arc<Mutex<State>>) -> std::io::Result<()> {
+async fn session(
+    stream: TcpStream,
+    state: Arc<Mutex<State>>,
+    mut stalling: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    if *stalling.borrow_and_update() {
+        state.lock().unwrap().stalled += 1;
+        // An error: the server was dropped while this connection was held.
+        if stalling.wait_for(|stalling| !stalling).await.is_err() {
+            return Ok(());
+        }
+    }
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
     let refusing = || state.lock().unwrap().refusing;

@@ -10,6 +10,9 @@ pub mod database;
 #[path = "../../api/support/signing.rs"]
 pub mod signing;
 #[allow(dead_code)]
+#[path = "../../api/support/smtp.rs"]
+pub mod smtp;
+#[allow(dead_code)]
 #[path = "../../api/support/socket.rs"]
 pub mod socket;
 
@@ -25,3 +28,4 @@ pub use ledger::{Ledger, Report};
 pub use provider::{Event, Provider};
 pub use service::Service;
 pub use signing::*;
+pub use smtp::SmtpServer;

@@ -128,6 +128,20 @@ impl Service {
         self.logs.lock().unwrap().clone()
     }
 
+    /// Polls until a log line's message is `message`.
+    pub async fn until_logged(&self, message: &str) {
+        for _ in 0..1000 {
+            let logged = self.logs.lock().unwrap().iter().any(|line| {
+                serde_json::from_str::<Value>(line).is_ok_and(|entry| entry["message"] == message)
+            });
+            if logged {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{message:?} was never logged:\n{}", self.logs().join("\n"));
+    }
+
     /// Every log line of a process that has exited, up to its last.
     pub fn final_logs(&mut self) -> Vec<String> {
         assert!(!self.is_running(), "the service still runs");
