@@ -13,15 +13,42 @@ use super::age::Age;
 /// at most this many rows, so a purge never blocks anything for long.
 pub const BATCH_SIZE: i64 = 1000;
 
-/// The condition on a purgeable row; `$1` and `$2` are the ages in seconds
-/// of other rows and of FAILED rows (NULL: FAILED rows are kept). The clock
-/// is the database's, the same for every replica.
-macro_rules! purgeable {
-    () => {
-        "CASE WHEN processing_status = 'FAILED'
-              THEN $2::float8 IS NOT NULL AND created_at < now() - make_interval(secs => $2::float8)
-              ELSE created_at < now() - make_interval(secs => $1::float8)
-         END"
+/// One purge batch: the oldest rows of one kind (`$kind`, the condition of
+/// its partial index on `created_at`) older than `$1` seconds, at most `$2`
+/// of them. The clock is the database's, the same for every replica.
+///
+/// Why by kind and in `created_at` order: each kind has its own partial
+/// index on `created_at` (`ix_webhook_events_created_at` for all but FAILED
+/// rows, `ix_webhook_events_failed_created_at` for those), so a batch is a
+/// range scan that reads the rows it deletes and stops; a condition mixing
+/// both ages matched neither index, and the last batch of every purge read
+/// the whole archive.
+macro_rules! delete_oldest {
+    ($kind:literal) => {
+        concat!(
+            "WITH doomed AS MATERIALIZED (
+                 SELECT id FROM webhook_events
+                 WHERE ",
+            $kind,
+            " AND created_at < now() - make_interval(secs => $1::float8)
+                 ORDER BY created_at LIMIT $2
+                 FOR UPDATE SKIP LOCKED
+             )
+             DELETE FROM webhook_events w USING doomed WHERE w.id = doomed.id"
+        )
+    };
+}
+
+/// How many rows of one kind (as in [`delete_oldest`]) are older than `$n` seconds.
+macro_rules! count_older {
+    ($kind:literal, $age:literal) => {
+        concat!(
+            "(SELECT count(*) FROM webhook_events WHERE ",
+            $kind,
+            " AND created_at < now() - make_interval(secs => ",
+            $age,
+            "::float8))"
+        )
     };
 }
 
@@ -82,15 +109,11 @@ impl Purged {
     pub fn total(&self) -> u64 {
         self.processed_or_skipped + self.failed
     }
-
-    fn from_counts((others, failed): (i64, i64)) -> Self {
-        Purged { processed_or_skipped: others as u64, failed: failed as u64 }
-    }
 }
 
 /// Deletes every row the policy says is old enough, [`BATCH_SIZE`] at a
-/// time, until none is left or `stop` is cancelled (checked between batches,
-/// so a batch always finishes).
+/// time, oldest first, until none is left or `stop` is cancelled (checked
+/// between batches, so a batch always finishes).
 ///
 /// Safe to run from several processes at once: each batch locks the rows it
 /// deletes with `SKIP LOCKED`, so concurrent purges split the work instead
@@ -102,33 +125,36 @@ pub async fn purge(
     stop: &CancellationToken,
 ) -> sqlx::Result<Purged> {
     let (older_than, failed_older_than) = policy.bind_ages();
-    let mut purged = Purged::default();
+    let mut purged = Purged {
+        processed_or_skipped: purge_kind(
+            pool,
+            delete_oldest!("processing_status <> 'FAILED'"),
+            older_than,
+            stop,
+        )
+        .await?,
+        failed: 0,
+    };
+    if let Some(age) = failed_older_than.filter(|_| !stop.is_cancelled()) {
+        purged.failed = purge_kind(pool, delete_oldest!("processing_status = 'FAILED'"), age, stop).await?;
+    }
+    Ok(purged)
+}
+
+/// Runs `batch` (a [`delete_oldest`]) until it deletes less than a batch or
+/// `stop` is cancelled; returns the rows deleted.
+async fn purge_kind(
+    pool: &PgPool,
+    batch: &'static str,
+    age: f64,
+    stop: &CancellationToken,
+) -> sqlx::Result<u64> {
+    let mut purged = 0;
     loop {
-        let batch = Purged::from_counts(
-            sqlx::query_as(concat!(
-                "WITH doomed AS (
-                     SELECT id FROM webhook_events WHERE ",
-                purgeable!(),
-                "    ORDER BY id LIMIT $3
-                     FOR UPDATE SKIP LOCKED
-                 ), deleted AS (
-                     DELETE FROM webhook_events w USING doomed WHERE w.id = doomed.id
-                     RETURNING w.processing_status
-                 )
-                 SELECT count(*) FILTER (WHERE processing_status <> 'FAILED'),
-                        count(*) FILTER (WHERE processing_status = 'FAILED')
-                 FROM deleted"
-            ))
-            .bind(older_than)
-            .bind(failed_older_than)
-            .bind(BATCH_SIZE)
-            .fetch_one(pool)
-            .await?,
-        );
-        purged.processed_or_skipped += batch.processed_or_skipped;
-        purged.failed += batch.failed;
-        tracing::debug!(rows = batch.total(), "purged a batch");
-        if batch.total() < BATCH_SIZE as u64 || stop.is_cancelled() {
+        let deleted = sqlx::query(batch).bind(age).bind(BATCH_SIZE).execute(pool).await?.rows_affected();
+        purged += deleted;
+        tracing::debug!(rows = deleted, "purged a batch");
+        if deleted < BATCH_SIZE as u64 || stop.is_cancelled() {
             return Ok(purged);
         }
     }
@@ -138,17 +164,18 @@ pub async fn purge(
 #[instrument(skip_all)]
 pub async fn count_purgeable(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Result<Purged> {
     let (older_than, failed_older_than) = policy.bind_ages();
-    sqlx::query_as(concat!(
-        "SELECT count(*) FILTER (WHERE processing_status <> 'FAILED'),
-                count(*) FILTER (WHERE processing_status = 'FAILED')
-         FROM webhook_events WHERE ",
-        purgeable!()
+    // A NULL age (FAILED rows kept forever) makes the condition NULL: none.
+    let (others, failed): (i64, i64) = sqlx::query_as(concat!(
+        "SELECT ",
+        count_older!("processing_status <> 'FAILED'", "$1"),
+        ", ",
+        count_older!("processing_status = 'FAILED'", "$2")
     ))
     .bind(older_than)
     .bind(failed_older_than)
     .fetch_one(pool)
-    .await
-    .map(Purged::from_counts)
+    .await?;
+    Ok(Purged { processed_or_skipped: others as u64, failed: failed as u64 })
 }
 
 #[cfg(test)]

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
-use webhook_inbox::operations::purge::{BATCH_SIZE, purge};
+use webhook_inbox::operations::purge::{BATCH_SIZE, Purged, purge};
 use webhook_inbox::operations::{Age, RetentionPolicy, retention};
 
 use crate::support::*;
@@ -72,16 +73,64 @@ async fn failed_rows_are_kept_forever_with_zero_and_never_shorter_than_the_other
 
 /// Inserts `rows` PROCESSED archive rows archived `days` ago.
 async fn old_rows(app: &TestApp, rows: i64, days: i32) {
+    archive_rows(app, rows, days, "PROCESSED").await;
+}
+
+/// Inserts `rows` archive rows with `status` archived `days` ago.
+async fn archive_rows(app: &TestApp, rows: i64, days: i32, status: &str) {
     sqlx::query(
         "INSERT INTO webhook_events (provider, event_id, event_type, payload, signature, processing_status, created_at)
-         SELECT 'paddle', 'evt_' || n, 'x', '{}', 's', 'PROCESSED', now() - make_interval(days => $2)
+         SELECT 'paddle', 'evt_' || n, 'x', '{}', 's', $3, now() - make_interval(days => $2)
          FROM generate_series(1, $1) AS n",
     )
     .bind(rows)
     .bind(days)
+    .bind(status)
     .execute(app.pool())
     .await
     .unwrap();
+}
+
+/// Archive rows read so far by scans (sequential, and heap fetches of
+/// index scans), once the statistics of `deleted` deletions are in: a
+/// session reports its statistics at the latest when it ends.
+async fn archive_rows_read_once_deleted(app: &TestApp, deleted: i64) -> i64 {
+    for _ in 0..1000 {
+        let (read, counted): (i64, i64) = sqlx::query_as(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0), n_tup_del
+             FROM pg_stat_user_tables WHERE relname = 'webhook_events'",
+        )
+        .fetch_one(app.pool())
+        .await
+        .unwrap();
+        if counted >= deleted {
+            return read;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the statistics never counted {deleted} deletions");
+}
+
+#[tokio::test]
+async fn a_purge_reads_the_rows_it_deletes_not_the_whole_archive() {
+    let app = TestApp::spawn().await;
+    // Oldest first, as the archive fills: 10 processed and 5 FAILED rows
+    // past their age, 5 FAILED rows kept longer, then 20 000 young rows.
+    archive_rows(&app, 10, 100, "PROCESSED").await;
+    archive_rows(&app, 5, 200, "FAILED").await;
+    archive_rows(&app, 5, 100, "FAILED").await;
+    archive_rows(&app, 20_000, 1, "SKIPPED").await;
+    sqlx::query("ANALYZE webhook_events").execute(app.pool()).await.unwrap();
+    let policy = RetentionPolicy::new(Age::days(90), Some(Age::days(180))).unwrap();
+
+    // On a session of its own, which reports its statistics as it ends.
+    let pool = PgPoolOptions::new().max_connections(1).connect_with(app.db.connect_options()).await.unwrap();
+    let purged = purge(&pool, &policy, &CancellationToken::new()).await.unwrap();
+    pool.close().await;
+
+    assert_eq!(purged, Purged { processed_or_skipped: 10, failed: 5 });
+    let read = archive_rows_read_once_deleted(&app, 15).await;
+    assert!(read < 100, "the purge read {read} archive rows to delete 15 of 20 020");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
