@@ -6,6 +6,7 @@
 //! sends the rows over SMTP afterwards, outside any delivery.
 
 mod mailer;
+mod marks;
 mod queue;
 mod templates;
 mod worker;

@@ -3,7 +3,7 @@
 //! stays open across an SMTP call.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::PgConnection;
 use tracing::instrument;
 use uuid::Uuid;
 
@@ -36,7 +36,7 @@ pub struct Claimed {
 /// row is claimable again when `locked_until` passes.
 #[instrument(skip_all)]
 pub async fn claim(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     now: DateTime<Utc>,
     lease_until: DateTime<Utc>,
     limit: i64,
@@ -68,20 +68,43 @@ pub async fn claim(
     .bind(now)
     .bind(lease_until)
     .bind(limit)
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await
+}
+
+/// How a send went.
+#[derive(Debug)]
+pub enum Outcome<'a> {
+    /// The SMTP server accepted the email.
+    Sent,
+    /// It did not: pending again from `retry_at`, or dead without one.
+    Failed {
+        /// For `last_error`.
+        error: &'a str,
+        /// When to try again.
+        retry_at: Option<DateTime<Utc>>,
+    },
+}
+
+/// Records `outcome` for `row`, if the claim is still ours. Safe to repeat:
+/// it matches only the row's current claim and sets the same values again.
+pub async fn record(conn: &mut PgConnection, row: &Claimed, outcome: &Outcome<'_>) -> sqlx::Result<()> {
+    match outcome {
+        Outcome::Sent => mark_sent(conn, row).await,
+        Outcome::Failed { error, retry_at } => mark_failed(conn, row, error, *retry_at).await,
+    }
 }
 
 /// Records a successful send, if the claim is still ours.
 #[instrument(skip_all)]
-pub async fn mark_sent(pool: &PgPool, row: &Claimed) -> sqlx::Result<()> {
+async fn mark_sent(conn: &mut PgConnection, row: &Claimed) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE outbox SET status = 'sent', sent_at = now(), locked_until = NULL, last_error = NULL
          WHERE id = $1 AND claim_token = $2",
     )
     .bind(row.id)
     .bind(row.claim_token)
-    .execute(pool)
+    .execute(conn)
     .await?;
     Ok(())
 }
@@ -89,8 +112,8 @@ pub async fn mark_sent(pool: &PgPool, row: &Claimed) -> sqlx::Result<()> {
 /// Records a failed send, if the claim is still ours: pending again from
 /// `retry_at`, or dead when there is no retry left.
 #[instrument(skip_all)]
-pub async fn mark_failed(
-    pool: &PgPool,
+async fn mark_failed(
+    conn: &mut PgConnection,
     row: &Claimed,
     error: &str,
     retry_at: Option<DateTime<Utc>>,
@@ -108,7 +131,7 @@ pub async fn mark_failed(
     .bind(row.claim_token)
     .bind(error)
     .bind(retry_at)
-    .execute(pool)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -2,12 +2,13 @@
 //! retries with exponential backoff, and gives up after a bounded number of
 //! attempts.
 //!
-//! Delivery is at least once, not exactly once: a worker that dies (or
-//! loses the database) after the SMTP server accepted an email but before
-//! the row is marked sent leaves a claim whose lease expires, and the email
-//! is sent again, with the same Message-ID, so the copy is recognisable
-//! downstream. Everything else (several workers, several replicas, retries)
-//! sends each row once.
+//! Delivery is at least once, not exactly once: a worker that dies (or is
+//! stopped, or cannot reach the database until its lease is nearly over)
+//! after the SMTP server accepted an email but before the row is marked
+//! sent leaves a claim whose lease expires, and the email is sent again,
+//! with the same Message-ID, so the copy is recognisable downstream.
+//! Everything else (several workers, several replicas, retries, a busy
+//! database) sends each row once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::EmailKind;
 use super::mailer::{Mailer, Outgoing};
-use super::queue::{self, Claimed};
+use super::marks::Marks;
+use super::queue::{self, Claimed, Outcome};
 
 /// Rows claimed (and sent concurrently) per round.
 const BATCH_SIZE: i64 = 10;
@@ -96,16 +98,24 @@ impl Worker {
     /// them concurrently, and records each outcome. Tests drive the worker
     /// with this, choosing `now` instead of waiting for the clock.
     pub async fn deliver_due(&self, now: DateTime<Utc>) -> sqlx::Result<Round> {
-        let lease = chrono::Duration::from_std(self.lease()).unwrap_or(chrono::Duration::MAX);
-        let rows = queue::claim(&self.pool, now, now + lease, BATCH_SIZE).await?;
-        let outcomes = join_all(rows.iter().map(|row| self.send(row))).await;
+        let lease = self.lease();
+        // The round's connection, for the claim and then every mark (see marks.rs).
+        let mut conn = self.pool.acquire().await?;
+        let lease_ends = Instant::now() + lease;
+        let lease_until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX);
+        let rows = queue::claim(&mut conn, now, lease_until, BATCH_SIZE).await?;
+        if rows.is_empty() {
+            return Ok(Round::default());
+        }
+        let mut marks = Marks::new(self.pool.clone(), conn, lease_ends);
+        let sends = join_all(rows.iter().map(|row| self.send(row))).await;
         let mut round = Round { claimed: rows.len(), ..Round::default() };
-        for (row, outcome) in rows.iter().zip(outcomes) {
-            let recorded = match outcome {
+        for (row, sent) in rows.iter().zip(sends) {
+            let outcome = match &sent {
                 Ok(()) => {
                     round.sent += 1;
                     tracing::info!(outbox_id = %row.id, kind = row.kind, attempts = row.attempts, "email sent");
-                    queue::mark_sent(&self.pool, row).await
+                    Outcome::Sent
                 }
                 Err(error) => {
                     let delay = self.retry.delay_after(u32::try_from(row.attempts).unwrap_or(u32::MAX));
@@ -120,13 +130,18 @@ impl Worker {
                         tracing::error!(outbox_id = %row.id, kind = row.kind, attempts = row.attempts,
                             "email not sent and no attempt left: the outbox row is dead");
                     }
-                    queue::mark_failed(&self.pool, row, &error, retry_at).await
+                    Outcome::Failed { error, retry_at }
                 }
             };
-            // The other rows still get recorded; this one is sent again
-            // (same Message-ID) when its lease expires.
-            if let Err(error) = recorded {
-                tracing::warn!(outbox_id = %row.id, %error, "could not record the outcome of an email");
+            // The other rows still get recorded; this one is tried again
+            // when its lease expires.
+            if let Err(error) = marks.record(row, &outcome).await {
+                match outcome {
+                    Outcome::Sent => tracing::error!(outbox_id = %row.id, %error,
+                        "could not record a sent email before its lease ends: it will be sent again (same Message-ID)"),
+                    Outcome::Failed { .. } => tracing::warn!(outbox_id = %row.id, %error,
+                        "could not record a failed send before its lease ends: it is tried again once the lease expires"),
+                }
             }
         }
         Ok(round)

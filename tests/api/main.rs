@@ -20,6 +20,7 @@ mod metrics;
 mod migrate;
 mod ordering;
 mod outbox;
+mod outbox_marks;
 mod providers;
 mod purge;
 mod reprocess;

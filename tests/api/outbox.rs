@@ -12,22 +12,8 @@ use uuid::Uuid;
 use webhook_inbox::outbox::Round;
 
 use crate::support::events::*;
-use crate::support::outbox::worker;
+use crate::support::outbox::{create_user, outbox_rows, worker};
 use crate::support::*;
-
-async fn create_user(app: &TestApp, user_id: &str) {
-    let email = format!("{user_id}@example.com");
-    let answer = app.send(&clerk(&format!("msg_{user_id}"), &user("created", user_id, &email, 1_000))).await;
-    assert_eq!(answer.body["status"], "processed");
-}
-
-/// status, attempts, last_error of every outbox row, by cause.
-async fn outbox_rows(app: &TestApp) -> Vec<(String, i32, Option<String>)> {
-    sqlx::query_as("SELECT status, attempts, last_error FROM outbox ORDER BY cause")
-        .fetch_all(app.pool())
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn the_welcome_email_is_sent_once_with_a_message_id_derived_from_its_outbox_row() {
