@@ -134,7 +134,9 @@ async fn a_batched_delivery_is_archived_with_the_same_columns_as_one_recorded_al
         ..delivery(id, payload)
     };
     let alone = filled("evt_alone");
-    webhook_inbox::inbox::deliver(&mut conn, &webhook_inbox::handlers::Handlers::default(), &alone).await.unwrap();
+    webhook_inbox::inbox::deliver(&mut conn, &webhook_inbox::handlers::Handlers::default(), &alone)
+        .await
+        .unwrap();
     let (first, second) = (filled("evt_batched"), delivery("evt_other", payload));
     deliver_together(&mut conn, &[&first, &second]).await;
 
