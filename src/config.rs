@@ -27,8 +27,9 @@ pub struct DatabaseConfig {
     #[arg(long, env = "DATA_DIR", default_value = ".webhook-inbox", global = true)]
     pub data_dir: PathBuf,
 
-    /// Most connections the pool opens.
-    #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16, global = true)]
+    /// Most connections the pool opens (at least 5): 2 record deliveries without side effects, 2 serve readiness, metrics, the outbox, retention and the admin API, the rest apply deliveries with side effects.
+    #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16, global = true,
+          value_parser = clap::value_parser!(u32).range(5..))]
     pub db_max_connections: u32,
 
     /// How long a delivery waits for a free delivery worker (or a pooled connection) before answering 503.
@@ -38,6 +39,20 @@ pub struct DatabaseConfig {
     /// How long a delivery waits behind a concurrent delivery of the same event (PostgreSQL lock_timeout) before answering 503.
     #[arg(long, env = "LOCK_TIMEOUT_MS", default_value_t = 3000, global = true)]
     pub lock_timeout_ms: u64,
+
+    /// Longest any one statement may run (PostgreSQL statement_timeout); a delivery past it answers 503.
+    #[arg(long, env = "STATEMENT_TIMEOUT_MS", default_value_t = 30_000, global = true)]
+    pub statement_timeout_ms: u64,
+}
+
+impl DatabaseConfig {
+    /// The session settings every connection gets.
+    pub fn session(&self) -> crate::db::Session {
+        crate::db::Session {
+            lock_timeout: Duration::from_millis(self.lock_timeout_ms),
+            statement_timeout: Duration::from_millis(self.statement_timeout_ms),
+        }
+    }
 }
 
 /// How `serve` listens, verifies and applies.

@@ -58,11 +58,13 @@ impl EventError {
     }
 }
 
-/// Checks a required identifier (event id or type): present, non-empty, bounded.
+/// Checks a required identifier (event id or type): present, non-empty,
+/// bounded, and free of control characters (a NUL, which JSON can escape,
+/// is not storable as PostgreSQL text).
 pub fn required<'a>(value: Option<Cow<'a, str>>, field: &'static str) -> Result<Cow<'a, str>, EventError> {
     match value {
         Some(value) if value.len() > MAX_IDENTIFIER_LEN => Err(EventError::TooLong(field)),
-        Some(value) if !value.is_empty() => Ok(value),
+        Some(value) if !value.is_empty() && !value.chars().any(char::is_control) => Ok(value),
         _ => Err(EventError::Missing(field)),
     }
 }

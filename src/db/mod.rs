@@ -41,7 +41,7 @@ impl Database {
                 (embedded.connect_options(), Some(embedded))
             }
         };
-        let options = session_options(options, Duration::from_millis(config.lock_timeout_ms));
+        let options = session_options(options, config.session());
         let pool = pool_options(config).connect_with(options).await.context("connecting to PostgreSQL")?;
         Ok(Database { pool, embedded })
     }
@@ -111,13 +111,35 @@ pub fn pool_options(config: &DatabaseConfig) -> PgPoolOptions {
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
 }
 
+/// The bounds every database session gets.
+#[derive(Debug, Clone, Copy)]
+pub struct Session {
+    /// How long a statement waits for a lock.
+    pub lock_timeout: Duration,
+    /// How long a statement may run.
+    pub statement_timeout: Duration,
+}
+
+impl Default for Session {
+    /// The configuration's defaults.
+    fn default() -> Self {
+        Session { lock_timeout: Duration::from_secs(3), statement_timeout: Duration::from_secs(30) }
+    }
+}
+
 /// Session settings every connection gets.
 ///
 /// Why `lock_timeout`: a duplicate delivery waits on the first delivery's
 /// uncommitted dedup row; the bound turns a long wait into a 503 the
-/// provider retries, instead of a request that outlives its timeout.
-pub fn session_options(options: PgConnectOptions, lock_timeout: Duration) -> PgConnectOptions {
-    options
-        .application_name("webhook-inbox")
-        .options([("lock_timeout", format!("{}ms", lock_timeout.as_millis()))])
+/// provider retries, instead of a request that outlives its timeout. Why
+/// `statement_timeout` and `idle_in_transaction_session_timeout`: no
+/// statement, and no transaction whose client went quiet, holds a
+/// connection or its locks for ever.
+pub fn session_options(options: PgConnectOptions, session: Session) -> PgConnectOptions {
+    let millis = |d: Duration| format!("{}ms", d.as_millis());
+    options.application_name("webhook-inbox").options([
+        ("lock_timeout", millis(session.lock_timeout)),
+        ("statement_timeout", millis(session.statement_timeout)),
+        ("idle_in_transaction_session_timeout", millis(session.statement_timeout * 2)),
+    ])
 }

@@ -79,9 +79,13 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::ProviderDisabled(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Inbox(InboxError::Unavailable(_) | InboxError::Busy | InboxError::Overloaded) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::Inbox(
+                InboxError::Unavailable(_)
+                | InboxError::Busy
+                | InboxError::Contended(_)
+                | InboxError::Overloaded
+                | InboxError::TimedOut,
+            ) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Inbox(InboxError::UnstorablePayload) => StatusCode::BAD_REQUEST,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -96,8 +100,8 @@ impl ApiError {
         match self {
             ApiError::Unauthorized(_) | ApiError::BadToken(_) => "rejected",
             ApiError::HandlerFailed { .. } => "failed",
-            ApiError::Inbox(InboxError::Busy) => "busy",
-            ApiError::Inbox(InboxError::Unavailable(_) | InboxError::Overloaded)
+            ApiError::Inbox(InboxError::Busy | InboxError::Contended(_)) => "busy",
+            ApiError::Inbox(InboxError::Unavailable(_) | InboxError::Overloaded | InboxError::TimedOut)
             | ApiError::ProviderDisabled(_) => "unavailable",
             ApiError::Inbox(InboxError::Database(_)) | ApiError::Internal => "error",
             _ => "invalid",
@@ -112,8 +116,8 @@ impl IntoResponse for ApiError {
             ApiError::Inbox(InboxError::Database(source)) => {
                 tracing::error!(error = %source, "database error")
             }
-            ApiError::Inbox(InboxError::Unavailable(source)) => {
-                tracing::warn!(error = %source, "database unavailable")
+            ApiError::Inbox(InboxError::Unavailable(source) | InboxError::Contended(source)) => {
+                tracing::warn!(error = %source, "{self}")
             }
             _ => {}
         }

@@ -126,10 +126,22 @@ pub fn app(state: AppState) -> Router {
         )
 }
 
+/// Longest request id kept in the archive; longer client-sent ids are dropped.
+const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// The request's id (set by `SetRequestIdLayer` when the client sent none),
+/// if it is short enough to keep.
+fn request_id(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get("x-request-id")
+        .and_then(|value| value.to_str().ok())
+        .filter(|id| id.len() <= MAX_REQUEST_ID_LEN)
+}
+
 /// One span per request; provider, event_id and outcome are filled in once known.
 fn request_span(request: &Request) -> tracing::Span {
     let route = request.extensions().get::<MatchedPath>().map_or("", MatchedPath::as_str);
-    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let request_id = request_id(request.headers()).unwrap_or("");
     tracing::info_span!(
         "request",
         method = %request.method(),

@@ -13,14 +13,11 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{Value, json};
 use tracing::Span;
 
-use super::AppState;
 use super::error::ApiError;
+use super::{AppState, request_id};
 use crate::event::{EventError, OwnedEvent};
 use crate::inbox::{Accepted, Outcome, Received};
 use crate::providers::{self, json};
-
-/// Longest request id kept in the archive; longer client-sent ids are dropped.
-const MAX_REQUEST_ID_LEN: usize = 128;
 
 /// `POST /webhooks/{name}`: receives one delivery for the provider called `name`.
 pub async fn receive_named(
@@ -100,12 +97,7 @@ async fn receive_inner(
     let event = OwnedEvent::from(provider.parse_event(&parts.headers, &body)?);
     let event_id = event.id().to_owned();
     Span::current().record("event_id", event_id.as_str());
-    let request_id = parts
-        .headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|id| id.len() <= MAX_REQUEST_ID_LEN)
-        .map(str::to_owned);
+    let request_id = request_id(&parts.headers).map(str::to_owned);
 
     // The rest runs on a delivery worker, to its end even if this request
     // is dropped (the client disconnected): the transaction commits or rolls

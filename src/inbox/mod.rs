@@ -15,6 +15,7 @@ use sqlx::{Connection, PgConnection};
 use crate::event::Event;
 use crate::handlers::HandlerError;
 pub use effects::Effects;
+use error::Failure;
 pub use error::InboxError;
 pub use workers::{Accepted, Received, Workers};
 
@@ -63,7 +64,9 @@ pub enum Outcome {
 
 /// Records a delivery and applies its event's `effects` exactly once.
 ///
-/// Returns only after COMMIT has returned; an `Err` means nothing was committed.
+/// Returns `Ok` only after COMMIT has returned. An `Err` is never a success:
+/// nothing was committed, or (the connection broke around COMMIT) it is not
+/// known whether it was, which the provider's retry settles.
 pub async fn deliver(
     conn: &mut PgConnection,
     effects: &dyn Effects,
@@ -158,11 +161,29 @@ async fn apply_once(
         .catch_unwind()
         .await
         .unwrap_or_else(|panic| Err(HandlerError::Panicked(panic_message(&*panic))));
+    let applied = match applied {
+        // A handler that swallowed a failed statement left the transaction
+        // aborted, and COMMIT would then roll back without an error and be
+        // answered as processed: releasing the savepoint fails instead.
+        Ok(()) => sqlx::query("RELEASE SAVEPOINT before_dedup")
+            .execute(&mut *tx)
+            .await
+            .map(drop)
+            .map_err(HandlerError::Database),
+        Err(error) => Err(error),
+    };
     match applied {
         Ok(()) => {
             tx.commit().await?;
             Ok(Outcome::Processed { archive_id })
         }
+        // The database was busy or gone, not the event broken: no FAILED
+        // row (operators read those as broken events), nothing committed
+        // (dropping the transaction rolls it back), 503 and a retry.
+        Err(HandlerError::Database(error)) if is_transient(&error) => Err(match Failure::of(&error) {
+            Failure::Unavailable => InboxError::Unavailable(error),
+            _ => InboxError::Contended(error),
+        }),
         Err(error) => {
             let error = error.to_string();
             sqlx::query("ROLLBACK TO SAVEPOINT before_dedup").execute(&mut *tx).await?;
@@ -171,6 +192,11 @@ async fn apply_once(
             Ok(Outcome::Failed { archive_id, error })
         }
     }
+}
+
+/// Whether a handler's database error says nothing about the event.
+fn is_transient(error: &sqlx::Error) -> bool {
+    matches!(Failure::of(error), Failure::Unavailable | Failure::LockTimeout | Failure::Contention)
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

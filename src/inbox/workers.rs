@@ -19,11 +19,14 @@
 //! disconnects cannot cancel it half way; shutdown closes the queues and
 //! waits for what is in them.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use futures_util::FutureExt;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -48,6 +51,15 @@ const QUEUE_CAPACITY: usize = 1024;
 
 /// Most deliveries a recorder takes at once.
 const MAX_BATCH: usize = 64;
+
+/// Longest a worker spends on what it took. Each statement is bounded by
+/// `statement_timeout` and each lock wait by `lock_timeout` on the server;
+/// this bounds the rest (a database host that stopped answering).
+const JOB_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long a worker keeps one connection before handing it back to the
+/// pool (which retires connections past their lifetime) for a fresh one.
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
 
 /// A delivery whose signature checked out and whose event was read.
 pub struct Received {
@@ -95,9 +107,22 @@ pub struct Accepted {
 type Reply = oneshot::Sender<Result<Accepted, InboxError>>;
 
 struct Job {
-    queued_at: Instant,
+    /// Who has the job: the waiting caller may give it up only while no
+    /// worker has taken it, so it is either run or refused, never both.
+    claim: Arc<AtomicU8>,
     received: Received,
     reply: Reply,
+}
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const GIVEN_UP: u8 = 2;
+
+impl Job {
+    /// Takes the job for a worker, unless its caller gave up waiting.
+    fn take(&self) -> bool {
+        self.claim.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
 }
 
 /// The two lanes and their workers. Cheap to clone.
@@ -120,8 +145,8 @@ struct Shared {
     effects: Arc<dyn Effects>,
     /// How many jobs a worker takes at once.
     batch: usize,
-    /// How long a delivery may wait for a worker: the pool's acquire
-    /// timeout, which is what waiting for a connection means here.
+    /// How long a delivery may wait for a worker to take it: the pool's
+    /// acquire timeout, which is what waiting for a connection means here.
     max_wait: Duration,
     closing: CancellationToken,
     tasks: TaskTracker,
@@ -143,18 +168,31 @@ impl Workers {
     }
 
     /// Records and applies a delivery and returns once it has committed (or
-    /// failed). It runs to its end even if the caller stops waiting.
+    /// failed). Once a worker has taken it, it runs to its end even if the
+    /// caller stops waiting. If no worker takes it within the lane's wait
+    /// bound (the pool's acquire timeout), it is given up: `Overloaded`.
     pub async fn deliver(&self, received: Received) -> Result<Accepted, InboxError> {
         let lane = match self.effects.handles(received.provider.name(), received.event.event_type()) {
             true => &self.applying,
             false => &self.recording,
         };
-        let (reply, answer) = oneshot::channel();
-        let job = Job { queued_at: Instant::now(), received, reply };
+        let (reply, mut answer) = oneshot::channel();
+        let claim = Arc::new(AtomicU8::new(QUEUED));
+        let job = Job { claim: claim.clone(), received, reply };
         lane.sender.try_send(job).map_err(|_| InboxError::Overloaded)?;
-        // Dropped unanswered only if the worker panicked outside a handler
-        // (the inbox catches handlers' panics).
-        answer.await.unwrap_or(Err(InboxError::Overloaded))
+        let answered = tokio::select! {
+            answered = &mut answer => answered,
+            () = tokio::time::sleep(lane.shared.max_wait) => {
+                if claim.compare_exchange(QUEUED, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    return Err(InboxError::Overloaded);
+                }
+                // A worker has it: its answer comes (the job has a deadline).
+                answer.await
+            }
+        };
+        // Dropped unanswered: the worker gave up on it at its deadline (or
+        // panicked outside a handler, whose panics the inbox catches).
+        answered.unwrap_or(Err(InboxError::TimedOut))
     }
 
     /// Refuses new deliveries, lets the workers finish the queued ones, and
@@ -190,23 +228,19 @@ impl Lane {
 }
 
 /// One worker: takes what is queued, gives it its connection (taken from
-/// the pool on first use and after a failure), and keeps the connection.
+/// the pool on first use, after a failure, and when it has grown old), and
+/// keeps the connection.
 async fn work(shared: Arc<Shared>) {
-    let mut connection: Option<PoolConnection<Postgres>> = None;
+    let mut connection: Option<(PoolConnection<Postgres>, Instant)> = None;
     while let Some(jobs) = next(&shared).await {
-        let (due, late): (Vec<Job>, Vec<Job>) =
-            jobs.into_iter().partition(|job| job.queued_at.elapsed() <= shared.max_wait);
-        for job in late {
-            // Nothing was free in time: 503, as from an exhausted pool.
-            let _ = job.reply.send(Err(InboxError::Unavailable(sqlx::Error::PoolTimedOut)));
-        }
+        let due: Vec<Job> = jobs.into_iter().filter(Job::take).collect();
         if due.is_empty() {
             continue;
         }
         let conn = match &mut connection {
-            Some(conn) => conn,
+            Some((conn, _)) => conn,
             None => match shared.pool.acquire().await {
-                Ok(fresh) => connection.insert(fresh),
+                Ok(fresh) => &mut connection.insert((fresh, Instant::now())).0,
                 Err(error) => {
                     for job in due {
                         let _ = job.reply.send(Err(InboxError::connection_lost(&error)));
@@ -215,11 +249,21 @@ async fn work(shared: Arc<Shared>) {
                 }
             },
         };
-        if !run(conn, &*shared.effects, due).await
-            && let Some(mut broken) = connection.take()
-        {
-            // Closed, not returned to the pool: its state is unknown.
-            broken.close_on_drop();
+        // A deadline, because a database that stops answering (a
+        // black-holed host) would otherwise hold the worker forever; and
+        // a panic here must not end the worker. Either way the jobs' replies
+        // are dropped (503) and the connection, in an unknown state, closed.
+        let ran = AssertUnwindSafe(tokio::time::timeout(JOB_DEADLINE, run(conn, &*shared.effects, due)))
+            .catch_unwind()
+            .await;
+        match (ran, connection.take()) {
+            (Ok(Ok(true)), Some((conn, taken_at))) if taken_at.elapsed() < MAX_CONNECTION_AGE => {
+                connection = Some((conn, taken_at));
+            }
+            // Old: back to the pool, which retires it (its max lifetime).
+            (Ok(Ok(true)), old) => drop(old),
+            (_, Some((mut broken, _))) => broken.close_on_drop(),
+            (_, None) => {}
         }
     }
 }

@@ -13,6 +13,7 @@ use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::paddle::Paddle;
 
 use crate::support::app::{Answer, send};
+use crate::support::events::subscription;
 use crate::support::*;
 
 /// Opens a transaction that holds `event_id`'s dedup row uncommitted, as a
@@ -129,4 +130,99 @@ async fn health_and_readiness_answer_when_the_database_does() {
         let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
         assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap(), expected);
     }
+}
+
+#[tokio::test]
+async fn a_handler_that_waits_past_lock_timeout_answers_503_and_archives_no_failure() {
+    let app =
+        TestApp::spawn_with(TestConfig { lock_timeout: Duration::from_millis(200), ..TestConfig::default() })
+            .await;
+    let created = subscription("evt_01", "created", "active", "2024-04-01T00:00:00Z");
+    assert_eq!(app.send(&paddle(&created)).await.status, StatusCode::OK);
+    // Another transaction holds the subscription's row, as a delivery of a
+    // related event in progress would.
+    let mut holder = PgConnection::connect_with(&app.db.connect_options()).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT * FROM subscriptions WHERE id = 'sub_01' FOR UPDATE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let updated = paddle(&subscription("evt_02", "updated", "past_due", "2024-04-02T00:00:00Z"));
+
+    let answer = app.send(&updated).await;
+
+    // Busy, not broken: no FAILED row for an operator to chase, and a retry.
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", answer.body);
+    assert!(answer.headers.contains_key("retry-after"));
+    assert_eq!(app.archive_statuses().await, ["PROCESSED"]);
+    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert_eq!(app.send(&updated).await.body, json!({ "event_id": "evt_02", "status": "processed" }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_no_worker_takes_in_time_answers_503_at_once_and_is_never_run() {
+    // The smallest pool: one worker for deliveries with side effects.
+    let app = TestApp::spawn_with(TestConfig {
+        pool_size: 5,
+        acquire_timeout: Duration::from_millis(300),
+        ..TestConfig::default()
+    })
+    .await;
+    let mut holder = hold_dedup_row(&app, "evt_01").await;
+    let router = app.router.clone();
+    let busy =
+        tokio::spawn(async move { send(&router, &paddle(&subscription_created("evt_01", "sub_01"))).await });
+    until_a_delivery_waits_on_the_lock(&app).await;
+
+    // Bounded by the wait, not by the busy worker (held until the test lets go).
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        app.send(&paddle(&subscription_created("evt_02", "sub_02"))),
+    )
+    .await
+    .expect("answered while the only worker was busy");
+
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", answer.body);
+    assert_eq!(answer.body, json!({ "error": "too many deliveries in progress" }));
+    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert_eq!(busy.await.unwrap().status, StatusCode::OK);
+    // The given-up delivery was never run, even once the worker was free.
+    assert_eq!(app.count("SELECT count(*) FROM webhook_events WHERE event_id = 'evt_02'").await, 0);
+}
+
+#[tokio::test]
+async fn workers_whose_connections_were_cut_answer_503_once_and_then_serve_again() {
+    let app = TestApp::spawn().await;
+    let event = |i: usize| {
+        paddle(&json!({ "event_id": format!("evt_{i}"), "event_type": "customer.updated", "data": {} }))
+    };
+    for i in 0..4 {
+        assert_eq!(app.send(&event(i)).await.status, StatusCode::OK);
+    }
+    // The database ends every session of the app's workers (as a restart would).
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(app.pool())
+    .await
+    .unwrap();
+
+    let mut statuses = Vec::new();
+    for i in 4..10 {
+        statuses.push(app.send(&event(i)).await.status);
+    }
+
+    // Each worker holding a cut connection fails one delivery (503, never a
+    // 2xx), drops the connection and takes a fresh one.
+    let failed = statuses.iter().filter(|s| **s == StatusCode::SERVICE_UNAVAILABLE).count();
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK || *s == StatusCode::SERVICE_UNAVAILABLE),
+        "{statuses:?}"
+    );
+    assert!(failed <= 2, "{statuses:?}");
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count() as i64;
+    assert_eq!(
+        app.count("SELECT count(*) FROM processed_webhook_events WHERE event_id NOT IN ('evt_0','evt_1','evt_2','evt_3')").await,
+        ok
+    );
 }

@@ -116,3 +116,38 @@ async fn many_deliveries_without_side_effects_at_once_are_each_answered_and_reco
         40
     );
 }
+
+#[tokio::test]
+async fn a_batched_delivery_is_archived_with_the_same_columns_as_one_recorded_alone() {
+    let app = TestApp::spawn().await;
+    let mut conn = app.pool().acquire().await.unwrap();
+    let payload = r#"{"event_id": "x", "data": {"a": 1}}"#;
+    let filled = |id: &'static str| Delivery {
+        event: Event {
+            occurred_at: Some("2024-04-12T10:18:49Z".parse().unwrap()),
+            notification_id: Some(Cow::Borrowed("ntf_1")),
+            ..delivery(id, payload).event
+        },
+        request_id: Some("req-1"),
+        reprocess_of: Some(42),
+        secret_index: Some(1),
+        ..delivery(id, payload)
+    };
+    let alone = filled("evt_alone");
+    webhook_inbox::inbox::deliver(&mut conn, &webhook_inbox::handlers::Handlers::default(), &alone)
+        .await
+        .unwrap();
+    let (first, second) = (filled("evt_batched"), delivery("evt_other", payload));
+    deliver_together(&mut conn, &[&first, &second]).await;
+
+    // Every column but those that differ by nature.
+    let row = |event_id: &'static str| {
+        sqlx::query_scalar::<_, serde_json::Value>(
+            "SELECT to_jsonb(w) - 'id' - 'event_id' - 'created_at' - 'processed_at'
+             FROM webhook_events w WHERE event_id = $1",
+        )
+        .bind(event_id)
+        .fetch_one(app.pool())
+    };
+    assert_eq!(row("evt_alone").await.unwrap(), row("evt_batched").await.unwrap());
+}

@@ -1,9 +1,20 @@
 //! A failing handler leaves nothing but a FAILED archive row, answers 500 so
 //! the provider retries, and the next delivery of the event applies it.
 
-use axum::http::StatusCode;
-use serde_json::json;
+use std::time::Duration;
 
+use axum::http::StatusCode;
+use futures_util::future::BoxFuture;
+use serde_json::json;
+use sqlx::PgConnection;
+use webhook_inbox::event::Event;
+use webhook_inbox::handlers::HandlerError;
+use webhook_inbox::http::{AppState, Limits, app};
+use webhook_inbox::inbox::Effects;
+use webhook_inbox::providers::Registry;
+use webhook_inbox::providers::paddle::Paddle;
+
+use crate::support::app::send;
 use crate::support::*;
 
 #[tokio::test]
@@ -67,4 +78,53 @@ async fn a_handler_failing_after_a_partial_write_leaves_no_partial_effect() {
     assert_eq!(app.send(&delivery).await.body, json!({ "event_id": "evt_01", "status": "processed" }));
     assert_eq!(app.count("SELECT count(*) FROM subscriptions").await, 1);
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
+}
+
+/// Effects whose handler runs a statement that fails, ignores the error, and
+/// reports success: a bug a future handler could have.
+struct SwallowsErrors;
+
+impl Effects for SwallowsErrors {
+    fn handles(&self, _provider: &str, _event_type: &str) -> bool {
+        true
+    }
+
+    fn run<'a>(
+        &'a self,
+        _provider: &'a str,
+        conn: &'a mut PgConnection,
+        _event: &'a Event<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let _ignored = sqlx::query("SELECT 1/0").execute(conn).await;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_handler_that_swallows_a_failed_statement_is_archived_failed_never_answered_processed() {
+    let db = TestDatabase::create().await;
+    let providers = Registry::default().with(Paddle::new(&[PADDLE_SECRETS[0].into()], 300));
+    let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
+    let router = app(AppState::new(db.pool().clone(), providers, SwallowsErrors, limits));
+
+    let answer = send(&router, &paddle(&subscription_created("evt_01", "sub_01"))).await;
+
+    // Without the check, COMMIT of the aborted transaction rolls back
+    // silently and the answer is 200 with nothing stored.
+    assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR, "{:?}", answer.body);
+    let archive: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT processing_status, error_message FROM webhook_events")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(archive.len(), 1);
+    assert_eq!(archive[0].0, "FAILED");
+    assert!(archive[0].1.as_deref().unwrap_or("").contains("aborted"), "{archive:?}");
+    let dedup: i64 = sqlx::query_scalar("SELECT count(*) FROM processed_webhook_events")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(dedup, 0);
 }

@@ -58,7 +58,7 @@ impl Effects for PanicsSometimes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keeps_serving() {
     let db = TestDatabase::create().await;
-    let options = webhook_inbox::db::session_options(db.connect_options(), Duration::from_secs(3));
+    let options = webhook_inbox::db::session_options(db.connect_options(), Default::default());
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
     let providers = Registry::default().with(Paddle::new(&[SecretString::from(PADDLE_SECRETS[0])], 300));
     let handlers = Handlers { price_credits: "pri_basic=100".parse().unwrap() };

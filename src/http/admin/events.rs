@@ -9,8 +9,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::http::AppState;
 use crate::http::error::ApiError;
+use crate::http::{AppState, request_id};
 use crate::operations::filter::parsed;
 use crate::operations::{EventFilter, Reprocessed, Summary, query, reprocess};
 
@@ -120,10 +120,6 @@ pub async fn reprocess_matching(
 
 fn archive_id(id: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
     id.map(|Path(id)| id).map_err(|_| ApiError::BadRequest("the archive id must be an integer".into()))
-}
-
-fn request_id(headers: &HeaderMap) -> Option<&str> {
-    headers.get("x-request-id").and_then(|value| value.to_str().ok()).filter(|id| id.len() <= 128)
 }
 
 /// An opaque cursor: clients pass back what they were given.

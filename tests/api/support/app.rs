@@ -37,6 +37,10 @@ pub struct TestConfig {
     pub admin_token: Option<&'static str>,
     /// `METRICS_TOKEN`; `None`: /metrics is open.
     pub metrics_token: Option<&'static str>,
+    /// `DB_MAX_CONNECTIONS`.
+    pub pool_size: u32,
+    /// `DB_ACQUIRE_TIMEOUT_MS`: also how long a delivery waits for a worker.
+    pub acquire_timeout: Duration,
 }
 
 impl Default for TestConfig {
@@ -54,6 +58,8 @@ impl Default for TestConfig {
             lock_timeout: Duration::from_secs(10),
             admin_token: None,
             metrics_token: None,
+            pool_size: 8,
+            acquire_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -265,8 +271,14 @@ fn init_logs() {
 }
 
 async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
-    let options = webhook_inbox::db::session_options(db.connect_options(), config.lock_timeout);
-    let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
+    let session = webhook_inbox::db::Session { lock_timeout: config.lock_timeout, ..Default::default() };
+    let options = webhook_inbox::db::session_options(db.connect_options(), session);
+    let pool = PgPoolOptions::new()
+        .max_connections(config.pool_size)
+        .acquire_timeout(config.acquire_timeout)
+        .connect_with(options)
+        .await
+        .unwrap();
     // The configuration goes through the same parsing and building as `serve`'s.
     let providers = ProviderConfig {
         secrets: config.secrets.iter().map(|(name, list)| (*name, list.join(",").parse().unwrap())).collect(),
