@@ -20,5 +20,11 @@
 --       ON webhook_events (created_at) WHERE processing_status <> 'FAILED';
 -- (Not CONCURRENTLY here: replicas migrating at once would deadlock, each
 -- waiting for the other under the migration lock.)
+--
+-- The build may outlast STATEMENT_TIMEOUT_MS on a large archive, and a
+-- migration that always times out would keep the service from starting:
+-- lifted for this migration's transaction (LOCK_TIMEOUT_MS still bounds
+-- the wait for the lock).
+SET LOCAL statement_timeout = 0;
 CREATE INDEX IF NOT EXISTS ix_webhook_events_created_at
     ON webhook_events (created_at) WHERE processing_status <> 'FAILED';

@@ -1,6 +1,12 @@
 //! `webhook-inbox migrate` and `serve --no-migrate`, through the real binary:
 //! deploys that migrate as a step of their own.
 
+use std::process::Command;
+use std::time::Duration;
+
+use webhook_inbox::db::MIGRATOR;
+
+use crate::support::watch::until_waiting_on;
 use crate::support::*;
 
 #[tokio::test]
@@ -46,4 +52,46 @@ async fn serve_no_migrate_refuses_to_start_on_an_unmigrated_database() {
         .await
         .unwrap();
     assert_eq!(tables, 0, "nothing was migrated");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archive_index_is_built_however_long_it_takes_past_the_statement_timeout() {
+    let db = TestDatabase::create_unmigrated().await;
+    MIGRATOR.run_to(20261130000200, db.pool()).await.unwrap();
+    // A delivery in flight on the archive: the index build waits for it,
+    // as a build on a large archive would take its time.
+    let mut delivery = db.pool().begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO webhook_events (provider, event_id, event_type, payload, signature, processing_status)
+         VALUES ('paddle', 'evt_01', 'customer.created', '{}', 's', 'PROCESSED')",
+    )
+    .execute(&mut *delivery)
+    .await
+    .unwrap();
+
+    let url = db.url();
+    let migrate = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+            .arg("migrate")
+            .env("DATABASE_URL", url)
+            .env("STATEMENT_TIMEOUT_MS", "250")
+            .env("LOCK_TIMEOUT_MS", "60000")
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    });
+    until_waiting_on(db.pool(), "relation", 1).await;
+    // Longer than the statement timeout: the duration is what is tested.
+    tokio::time::sleep(Duration::from_millis(750)).await;
+    delivery.commit().await.unwrap();
+    let migrate = migrate.await.unwrap();
+
+    assert!(migrate.status.success(), "{}", String::from_utf8_lossy(&migrate.stderr));
+    let valid: bool = sqlx::query_scalar(
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = 'ix_webhook_events_created_at'::regclass",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(valid);
 }
