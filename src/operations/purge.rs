@@ -125,20 +125,15 @@ pub async fn purge(
     stop: &CancellationToken,
 ) -> sqlx::Result<Purged> {
     let (older_than, failed_older_than) = policy.bind_ages();
-    let mut purged = Purged {
-        processed_or_skipped: purge_kind(
-            pool,
-            delete_oldest!("processing_status <> 'FAILED'"),
-            older_than,
-            stop,
-        )
-        .await?,
-        failed: 0,
+    let not_failed = delete_oldest!("processing_status <> 'FAILED'");
+    let processed_or_skipped = purge_kind(pool, not_failed, older_than, stop).await?;
+    let failed = match failed_older_than {
+        Some(age) if !stop.is_cancelled() => {
+            purge_kind(pool, delete_oldest!("processing_status = 'FAILED'"), age, stop).await?
+        }
+        _ => 0,
     };
-    if let Some(age) = failed_older_than.filter(|_| !stop.is_cancelled()) {
-        purged.failed = purge_kind(pool, delete_oldest!("processing_status = 'FAILED'"), age, stop).await?;
-    }
-    Ok(purged)
+    Ok(Purged { processed_or_skipped, failed })
 }
 
 /// Runs `batch` (a [`delete_oldest`]) until it deletes less than a batch or
