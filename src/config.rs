@@ -27,9 +27,9 @@ pub struct DatabaseConfig {
     #[arg(long, env = "DATA_DIR", default_value = ".webhook-inbox", global = true)]
     pub data_dir: PathBuf,
 
-    /// Most connections the pool opens (at least 5): 2 record deliveries without side effects, 2 serve readiness, metrics, the outbox, retention and the admin API, the rest apply deliveries with side effects.
+    /// Most connections the pool opens (at least 6): 2 record deliveries without side effects, 3 serve the outbox, readiness, metrics, retention and the admin API, the rest apply deliveries with side effects.
     #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16, global = true,
-          value_parser = clap::value_parser!(u32).range(5..))]
+          value_parser = clap::value_parser!(u32).range(6..))]
     pub db_max_connections: u32,
 
     /// How long a delivery waits for a free delivery worker (or a pooled connection) before answering 503.

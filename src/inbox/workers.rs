@@ -38,13 +38,14 @@ use super::{Delivery, Effects, InboxError, Outcome, deliver, deliver_together};
 use crate::event::OwnedEvent;
 use crate::providers::Provider;
 
-/// Connections of the pool left to everything else (readiness, metrics, the
-/// outbox worker, retention, the admin API).
-const RESERVED_CONNECTIONS: u32 = 2;
+/// Connections of the pool left to everything else: one for the outbox
+/// worker (it holds its connection through a round of sends), the others
+/// for readiness, metrics, retention and the admin API.
+pub const RESERVED_CONNECTIONS: u32 = 3;
 
 /// Workers of the recording lane. Few, so that deliveries queue behind them
 /// and are recorded together.
-const RECORDERS: u32 = 2;
+pub const RECORDERS: u32 = 2;
 
 /// Deliveries waiting in a lane at most; more are answered 503 at once.
 const QUEUE_CAPACITY: usize = 1024;

@@ -162,7 +162,7 @@ async fn a_handler_that_waits_past_lock_timeout_answers_503_and_archives_no_fail
 async fn a_delivery_no_worker_takes_in_time_answers_503_at_once_and_is_never_run() {
     // The smallest pool: one worker for deliveries with side effects.
     let app = TestApp::spawn_with(TestConfig {
-        pool_size: 5,
+        pool_size: 6,
         acquire_timeout: Duration::from_millis(300),
         ..TestConfig::default()
     })
