@@ -64,7 +64,8 @@ pub fn same_sql_script(payload_bytes: usize) -> String {
 /// The service's statements for a first `subscription.created` (src/inbox
 /// and src/handlers/billing): BEGIN and the savepoint, the record
 /// statement, the subscription upsert with its ordering guard, the credit
-/// grant, COMMIT. (The service sends BEGIN and SAVEPOINT in one round trip;
+/// grant, the savepoint's release (which fails if a handler left the
+/// transaction aborted), COMMIT. (The service sends BEGIN and SAVEPOINT in one round trip;
 /// pgbench cannot, in prepared mode; and `chr(58)` stands for a colon that
 /// pgbench would take for a variable.) Keep it identical to the service's.
 pub fn handler_sql_script(payload_bytes: usize) -> String {
@@ -100,6 +101,7 @@ SELECT 'subscription:' || {sub} || chr(58) || 'initial', {id}, {sub},
        COALESCE('user_' || {id}, (SELECT user_id FROM subscriptions WHERE id = {sub})), 20,
        '2024-04-12T10:18:47.635628Z'
 ON CONFLICT DO NOTHING;
+RELEASE SAVEPOINT before_dedup;
 COMMIT;
 ",
         record = record_statement("subscription.created", payload_bytes)
