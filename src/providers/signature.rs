@@ -128,6 +128,15 @@ pub fn hex_tag(text: &str) -> Option<[u8; TAG_LEN]> {
     hex::decode_to_slice(text, &mut tag).ok().map(|()| tag)
 }
 
+/// The providers' published test vectors for `provider`
+/// (tests/fixtures/signature-vectors.json).
+#[cfg(test)]
+pub(crate) fn published_vectors(provider: &str) -> Vec<serde_json::Value> {
+    let all: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/signature-vectors.json")).unwrap();
+    all[provider].as_array().cloned().unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
