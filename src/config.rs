@@ -90,7 +90,7 @@ pub struct ServeConfig {
     #[arg(long)]
     pub no_migrate: bool,
 
-    /// Bearer token of the admin API under /admin (at least 16 characters). Unset: /admin answers 404.
+    /// Bearer token of the admin API under /admin (at least 16 bytes, no surrounding whitespace). Unset or empty: /admin answers 404.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true, value_parser = parse_secret)]
     pub admin_token: Option<SecretString>,
 

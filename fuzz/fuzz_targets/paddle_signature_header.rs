@@ -14,6 +14,7 @@ fuzz_target!(|input: (Vec<u8>, Vec<u8>, i64)| {
     let Ok(value) = HeaderValue::from_bytes(&header) else { return };
     let mut headers = HeaderMap::new();
     headers.insert("paddle-signature", value);
-    let paddle = Paddle::new(&[SecretString::from("pdl_ntfset_fuzz")], 300);
+    let paddle =
+        Paddle::new(&[SecretString::from("pdl_ntfset_fuzz_0123456789")], 300).expect("a valid secret");
     let _ = paddle.verify(&headers, &body, now);
 });

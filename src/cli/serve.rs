@@ -142,7 +142,9 @@ async fn stop_retention(retention: Option<JoinHandle<()>>, deadline: Instant) {
 /// A configured bearer token; unset or empty means the endpoint's default.
 fn token(secret: Option<&SecretString>, name: &str) -> anyhow::Result<Option<BearerToken>> {
     match secret.filter(|secret| !secret.expose_secret().is_empty()) {
-        Some(secret) => Ok(Some(BearerToken::new(secret).context(name.to_string())?)),
+        Some(secret) => {
+            Ok(Some(BearerToken::new(secret).map_err(|error| anyhow::anyhow!("{name}: {error}"))?))
+        }
         None => Ok(None),
     }
 }

@@ -14,14 +14,20 @@ use super::error::ApiError;
 pub struct BearerToken(Arc<[u8; 32]>);
 
 impl BearerToken {
-    /// Shortest token accepted: anything shorter is guessable.
+    /// Shortest token accepted, in bytes: anything shorter is guessable.
     pub const MIN_LEN: usize = 16;
 
-    /// Keeps the digest of `token`; refuses one shorter than [`MIN_LEN`](Self::MIN_LEN).
-    pub fn new(token: &SecretString) -> Result<Self, TokenTooShort> {
+    /// Keeps the digest of `token`; refuses one shorter than
+    /// [`MIN_LEN`](Self::MIN_LEN) bytes, and one with surrounding
+    /// whitespace, which [`check`](Self::check) trims from the presented
+    /// token and so could never match.
+    pub fn new(token: &SecretString) -> Result<Self, InvalidToken> {
         let token = token.expose_secret();
+        if token.trim() != token {
+            return Err(InvalidToken::SurroundingWhitespace);
+        }
         if token.len() < Self::MIN_LEN {
-            return Err(TokenTooShort);
+            return Err(InvalidToken::TooShort);
         }
         Ok(BearerToken(Arc::new(Sha256::digest(token.as_bytes()).into())))
     }
@@ -53,10 +59,16 @@ impl std::fmt::Debug for BearerToken {
     }
 }
 
-/// A configured token shorter than [`BearerToken::MIN_LEN`].
-#[derive(Debug, thiserror::Error)]
-#[error("a bearer token must be at least 16 characters (e.g. `openssl rand -hex 32`)")]
-pub struct TokenTooShort;
+/// A configured token that cannot be used; never shows the token.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidToken {
+    /// Shorter than [`BearerToken::MIN_LEN`] bytes.
+    #[error("a bearer token must be at least 16 bytes (e.g. `openssl rand -hex 32`)")]
+    TooShort,
+    /// Starts or ends with whitespace.
+    #[error("a bearer token must not start or end with whitespace (it could never match)")]
+    SurroundingWhitespace,
+}
 
 #[cfg(test)]
 mod tests {
@@ -77,7 +89,18 @@ mod tests {
         assert!(matches!(token.check(&headers("Bearer 0123456789abcdeF")), Err(ApiError::BadToken(_))));
         assert!(matches!(token.check(&headers("Basic 0123456789abcdef")), Err(ApiError::BadToken(_))));
         assert!(matches!(token.check(&HeaderMap::new()), Err(ApiError::BadToken(_))));
-        assert!(BearerToken::new(&SecretString::from("short")).is_err());
         assert_eq!(format!("{token:?}"), "BearerToken([REDACTED])");
+    }
+
+    #[test]
+    fn a_short_token_or_one_with_surrounding_whitespace_is_refused() {
+        let new = |token: &str| BearerToken::new(&SecretString::from(token)).err();
+        assert_eq!(new("short"), Some(InvalidToken::TooShort));
+        // 15 bytes, though `é` makes it 14 characters: the floor counts bytes.
+        assert_eq!(new("0123456789abcé"), Some(InvalidToken::TooShort));
+        assert_eq!(new("0123456789abcdé"), None);
+        for padded in [" 0123456789abcdef", "0123456789abcdef\n", "\t0123456789abcdef "] {
+            assert_eq!(new(padded), Some(InvalidToken::SurroundingWhitespace), "{padded:?}");
+        }
     }
 }

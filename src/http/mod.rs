@@ -23,7 +23,7 @@ use tracing::Level;
 use crate::inbox::{Effects, Workers};
 use crate::monitoring::Metrics;
 use crate::providers::{self, Registry};
-pub use auth::{BearerToken, TokenTooShort};
+pub use auth::{BearerToken, InvalidToken};
 pub use error::ApiError;
 pub use serve::serve;
 

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
 use secrecy::SecretString;
 
-use super::{BUILT_IN, InvalidSecret, is_built_in};
+use super::{BUILT_IN, InvalidSecret, KeyError, is_built_in};
 use crate::config::SecretList;
 
 /// The argument id of `STANDARD_WEBHOOKS`.
@@ -89,19 +89,44 @@ impl StandardSenders {
         }
         Ok(senders)
     }
+
+    /// The error for `sender`'s secret refused as `invalid`, naming the
+    /// entry of the variable it came from (positions count entries, not
+    /// the sender's secrets).
+    pub fn invalid_secret(&self, sender: &str, invalid: InvalidSecret) -> ConfigError {
+        let entry = self
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(_, (name, _))| name == sender)
+            .nth(invalid.position - 1)
+            .map_or(0, |(index, _)| index + 1);
+        ConfigError::InvalidSenderSecret { entry, name: sender.to_string(), problem: invalid.problem }
+    }
 }
 
 /// Provider configuration that cannot be served: `serve` refuses to start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// A secret does not decode (the message names the variable and the position).
-    #[error("invalid secret in {variable}")]
+    /// A built-in provider's secret that cannot be a key (does not decode, or is short).
+    #[error("{variable}: secret #{position} {problem}")]
     InvalidSecret {
-        /// Where the secret was configured, e.g. `CLERK_WEBHOOK_SECRET` or `STANDARD_WEBHOOKS (acme)`.
+        /// Where the secret was configured, e.g. `CLERK_WEBHOOK_SECRET`.
         variable: String,
-        /// Which secret, by position.
-        #[source]
-        source: InvalidSecret,
+        /// 1-based, among the variable's comma-separated secrets.
+        position: usize,
+        /// What is wrong with it; never the secret.
+        problem: KeyError,
+    },
+    /// A `STANDARD_WEBHOOKS` entry whose secret cannot be a key.
+    #[error("STANDARD_WEBHOOKS entry #{entry} ({name}=...) {problem}")]
+    InvalidSenderSecret {
+        /// 1-based position of the entry in the variable.
+        entry: usize,
+        /// The sender it names.
+        name: String,
+        /// What is wrong with its secret; never the secret.
+        problem: KeyError,
     },
     /// A `STANDARD_WEBHOOKS` entry without `name=`.
     #[error("STANDARD_WEBHOOKS entry #{0} is not name=secret")]
@@ -124,7 +149,10 @@ impl Args for ProviderConfig {
                     .hide_env_values(true)
                     .value_name("SECRETS")
                     .value_parser(clap::value_parser!(SecretList))
-                    .help(format!("{} Unset: /webhooks/{} answers 503.", spec.secret_help, spec.name)),
+                    .help(format!(
+                        "{} Each at least 16 bytes once decoded. Unset or empty: /webhooks/{} answers 503.",
+                        spec.secret_help, spec.name
+                    )),
             )
         });
         command.arg(
@@ -136,7 +164,8 @@ impl Args for ProviderConfig {
                 .value_parser(clap::value_parser!(StandardSenders))
                 .help(
                     "Senders that follow the Standard Webhooks spec, as name=whsec_... entries, \
-                     comma-separated; each is served at /webhooks/{name}. Repeat a name for a rotation.",
+                     comma-separated; each is served at /webhooks/{name}. Repeat a name for a rotation. \
+                     Each secret at least 16 bytes once decoded.",
                 ),
         )
     }

@@ -14,7 +14,7 @@ use axum::http::HeaderMap;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::signature::{self, SignatureError, SigningKeys};
+use super::signature::{self, InvalidSecret, KeyEncoding, SignatureError, SigningKeys};
 use super::{Provider, ProviderSpec, Verified, header_str};
 use crate::event::{self, Event, EventError};
 
@@ -28,7 +28,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     aliases: &[],
     secret_help: "GitHub webhook secrets (Settings > Webhooks > your webhook > Secret), \
                   comma-separated (several during a rotation).",
-    build: |secrets, _tolerance_secs| Ok(Arc::new(GitHub::new(secrets))),
+    build: |secrets, _tolerance_secs| Ok(Arc::new(GitHub::new(secrets)?)),
 };
 
 /// Verifies and reads GitHub webhook deliveries.
@@ -42,8 +42,8 @@ impl GitHub {
     pub const NAME: &'static str = "github";
 
     /// GitHub keys the HMAC with the secret as text.
-    pub fn new(secrets: &[SecretString]) -> Self {
-        GitHub { keys: SigningKeys::utf8(secrets) }
+    pub fn new(secrets: &[SecretString]) -> Result<Self, InvalidSecret> {
+        Ok(GitHub { keys: SigningKeys::decode(secrets, KeyEncoding::Text)? })
     }
 }
 
@@ -115,7 +115,7 @@ mod tests {
 
     fn github(secrets: &[&str]) -> GitHub {
         let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
-        GitHub::new(&secrets)
+        GitHub::new(&secrets).unwrap()
     }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -136,6 +136,12 @@ mod tests {
                 vector["header"].as_str().unwrap(),
                 vector["body"].as_str().unwrap(),
             );
+            if secret.len() < signature::MIN_KEY_LEN {
+                // octokit's `mysecret` is 8 bytes: too short to configure.
+                let refused = GitHub::new(&[SecretString::from(secret)]).unwrap_err();
+                assert_eq!(refused.problem, signature::KeyError::TooShort);
+                continue;
+            }
             let signed = headers(&[(SIGNATURE_HEADER, header)]);
             // No timestamp: any `now` verifies.
             for now in [0, i64::MAX] {
@@ -167,16 +173,16 @@ mod tests {
     #[test]
     fn any_configured_secret_verifies_and_its_position_is_reported() {
         let body = b"{}";
-        let tag = hex::encode(signature::hmac_sha256(b"new", &[body]));
+        let tag = hex::encode(signature::hmac_sha256(b"the new github secret", &[body]));
         let header = format!("sha256={tag}");
         let signed = headers(&[(SIGNATURE_HEADER, &header)]);
-        let verified = github(&["old", "new"]).verify(&signed, body, 0).unwrap();
+        let verified = github(&["the old github secret", "the new github secret"]).verify(&signed, body, 0).unwrap();
         assert_eq!((verified.secret_index, verified.signature), (1, header.as_str()));
     }
 
     #[test]
     fn malformed_headers_are_told_apart_from_wrong_signatures() {
-        let verifier = github(&["s"]);
+        let verifier = github(&["a github secret, long enough"]);
         let verify = |value: &str| verifier.verify(&headers(&[(SIGNATURE_HEADER, value)]), b"{}", 0).unwrap_err();
         assert_eq!(
             verifier.verify(&HeaderMap::new(), b"{}", 0).unwrap_err(),

@@ -25,7 +25,7 @@ use secrecy::SecretString;
 use crate::event::{Event, EventError};
 pub use config::{ConfigError, ProviderConfig, StandardSenders};
 pub use registry::Registry;
-pub use signature::{InvalidSecret, SignatureError};
+pub use signature::{InvalidSecret, KeyEncoding, KeyError, SignatureError};
 
 /// Declares the built-in provider modules and lists their specs in [`BUILT_IN`].
 macro_rules! built_in {

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::timestamped::{self, TimestampedVerifier};
-use super::{Provider, ProviderSpec, Verified};
+use super::{InvalidSecret, Provider, ProviderSpec, Verified};
 use crate::event::{self, Event, EventError};
 
 const SIGNATURE_HEADER: &str = "Paddle-Signature";
@@ -30,7 +30,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     aliases: &["/billing/webhook"],
     secret_help: "Paddle notification secret keys (Developer tools > Notifications > your destination), \
                   comma-separated (several during a rotation).",
-    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Paddle::new(secrets, tolerance_secs))),
+    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Paddle::new(secrets, tolerance_secs)?)),
 };
 
 /// Verifies and reads Paddle Billing notifications.
@@ -44,8 +44,8 @@ impl Paddle {
     pub const NAME: &'static str = "paddle";
 
     /// Paddle signs with the secret key as text: its UTF-8 bytes are the HMAC key.
-    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Self {
-        Paddle { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs) }
+    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Result<Self, InvalidSecret> {
+        Ok(Paddle { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs)? })
     }
 }
 
@@ -105,9 +105,11 @@ mod tests {
     use crate::providers::signature;
     use axum::http::HeaderValue;
 
+    const SECRET: &str = "pdl_ntfset_0123456789";
+
     fn paddle(secrets: &[&str]) -> Paddle {
         let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
-        Paddle::new(&secrets, 300)
+        Paddle::new(&secrets, 300).unwrap()
     }
 
     fn headers(signature: &str) -> HeaderMap {
@@ -132,6 +134,12 @@ mod tests {
                 vector["body"].as_str().unwrap(),
             );
             let ts = vector["ts"].as_i64().unwrap();
+            if secret.len() < signature::MIN_KEY_LEN {
+                // paddle-node-sdk's `VALID_SECRET` is 12 bytes: too short to configure.
+                let refused = Paddle::new(&[SecretString::from(secret)], 300).unwrap_err();
+                assert_eq!(refused.problem, signature::KeyError::TooShort);
+                continue;
+            }
             let signed = headers(header);
             let verified = paddle(&[secret]).verify(&signed, body.as_bytes(), ts);
             assert_eq!(verified.map(|v| v.secret_index), Ok(0), "{}", vector["source"]);
@@ -159,9 +167,9 @@ mod tests {
     #[test]
     fn any_configured_secret_verifies_and_its_position_is_reported() {
         let body = br#"{"event_id":"evt_1"}"#;
-        let header = sign("new", 1000, body);
+        let header = sign("pdl_ntfset_new_0123456789", 1000, body);
         let signed = headers(&header);
-        let verified = paddle(&["old", "new"]).verify(&signed, body, 1000).unwrap();
+        let verified = paddle(&["pdl_ntfset_old_0123456789", "pdl_ntfset_new_0123456789"]).verify(&signed, body, 1000).unwrap();
         assert_eq!(verified.secret_index, 1);
         assert_eq!(verified.signature, header);
     }
@@ -169,20 +177,20 @@ mod tests {
     #[test]
     fn the_timestamp_window_applies_before_the_signature() {
         let body = b"{}";
-        let verifier = paddle(&["s"]);
+        let verifier = paddle(&[SECRET]);
         assert_eq!(
-            verifier.verify(&headers(&sign("s", 1000, body)), body, 1301).unwrap_err(),
+            verifier.verify(&headers(&sign(SECRET, 1000, body)), body, 1301).unwrap_err(),
             SignatureError::TimestampTooOld
         );
         assert_eq!(
-            verifier.verify(&headers(&sign("s", 1301, body)), body, 1000).unwrap_err(),
+            verifier.verify(&headers(&sign(SECRET, 1301, body)), body, 1000).unwrap_err(),
             SignatureError::TimestampInFuture
         );
     }
 
     #[test]
     fn malformed_headers_are_told_apart_from_wrong_signatures() {
-        let verifier = paddle(&["s"]);
+        let verifier = paddle(&[SECRET]);
         assert_eq!(
             verifier.verify(&HeaderMap::new(), b"", 0).unwrap_err(),
             SignatureError::MissingHeader(SIGNATURE_HEADER)
@@ -203,8 +211,8 @@ mod tests {
     #[test]
     fn unknown_keys_and_spaces_in_the_header_are_ignored() {
         let body = b"{}";
-        let header = format!("ts=1000; future=x; {}", sign("s", 1000, body).split(';').nth(1).unwrap());
-        assert!(paddle(&["s"]).verify(&headers(&header), body, 1000).is_ok());
+        let header = format!("ts=1000; future=x; {}", sign(SECRET, 1000, body).split(';').nth(1).unwrap());
+        assert!(paddle(&[SECRET]).verify(&headers(&header), body, 1000).is_ok());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::event::EventError;
 const TOLERANCE: u64 = 300;
 
 fn paddle(secret: &str) -> Paddle {
-    Paddle::new(&[SecretString::from(secret)], TOLERANCE)
+    Paddle::new(&[SecretString::from(secret)], TOLERANCE).unwrap()
 }
 
 fn paddle_headers(secret: &str, ts: &str, body: &[u8]) -> HeaderMap {
@@ -77,7 +77,7 @@ fn json_value() -> impl Strategy<Value = Value> {
 proptest! {
     #[test]
     fn a_paddle_signature_verifies_and_any_changed_byte_fails(
-        secret in "[ -~]{1,48}",
+        secret in "[ -~]{16,48}",
         body in prop::collection::vec(any::<u8>(), 1..512),
         ts in 1i64..4_000_000_000,
         index in any::<prop::sample::Index>(),
@@ -136,7 +136,7 @@ proptest! {
         now in any::<i64>(),
     ) {
         if let Some(headers) = arbitrary_headers(&[("paddle-signature", paddle_header)]) {
-            let _ = paddle("secret").verify(&headers, &body, now);
+            let _ = paddle("pdl_ntfset_0123456789").verify(&headers, &body, now);
         }
         let names = [("svix-id", id), ("svix-timestamp", ts), ("svix-signature", signatures)];
         if let Some(headers) = arbitrary_headers(&names) {
@@ -152,7 +152,7 @@ proptest! {
         let svix_id = headers(&[("svix-id", "msg_1")]);
         let json = serde_json::to_vec(&json).unwrap();
         for body in [&bytes, &json] {
-            let _ = paddle("s").parse_event(&HeaderMap::new(), body);
+            let _ = paddle("pdl_ntfset_0123456789").parse_event(&HeaderMap::new(), body);
             let _ = clerk(b"0123456789abcdef0123456789").parse_event(&svix_id, body);
             if let Ok(text) = std::str::from_utf8(body) {
                 let _ = check_unique_keys(text);

@@ -25,14 +25,17 @@ impl Registry {
                 tracing::warn!(provider = spec.name, "{variable} is not set: its routes answer 503");
                 continue;
             }
-            let provider = (spec.build)(secrets, tolerance_secs)
-                .map_err(|source| ConfigError::InvalidSecret { variable: spec.secret_variable(), source })?;
+            let provider =
+                (spec.build)(secrets, tolerance_secs).map_err(|invalid| ConfigError::InvalidSecret {
+                    variable: spec.secret_variable(),
+                    position: invalid.position,
+                    problem: invalid.problem,
+                })?;
             registry.0.insert(spec.name.to_string(), provider);
         }
         for (name, secrets) in config.standard_webhooks.by_name()? {
-            let sender = StandardWebhooksSender::new(name, &secrets, tolerance_secs).map_err(|source| {
-                ConfigError::InvalidSecret { variable: format!("STANDARD_WEBHOOKS ({name})"), source }
-            })?;
+            let sender = StandardWebhooksSender::new(name, &secrets, tolerance_secs)
+                .map_err(|invalid| config.standard_webhooks.invalid_secret(name, invalid))?;
             registry = registry.with(sender);
         }
         Ok(registry)
@@ -89,12 +92,72 @@ mod tests {
             .secrets
             .insert("clerk", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,whsec_not base64!".parse().unwrap());
         let error = Registry::configure(&config, 300).unwrap_err();
-        assert_eq!(error.to_string(), "invalid secret in CLERK_WEBHOOK_SECRET");
+        assert_eq!(
+            error.to_string(),
+            "CLERK_WEBHOOK_SECRET: secret #2 is not base64 after its whsec_ prefix"
+        );
         let config = ProviderConfig {
             standard_webhooks: "acme=not base64!".parse().unwrap(),
             ..ProviderConfig::default()
         };
         let error = Registry::configure(&config, 300).unwrap_err();
-        assert_eq!(error.to_string(), "invalid secret in STANDARD_WEBHOOKS (acme)");
+        assert_eq!(
+            error.to_string(),
+            "STANDARD_WEBHOOKS entry #1 (acme=...) is not base64 after its whsec_ prefix"
+        );
+    }
+
+    /// Configures only the built-in provider `name` with `value`, or only
+    /// `STANDARD_WEBHOOKS`, and says why it is refused.
+    fn refusal(name: &'static str, value: &str) -> Option<String> {
+        let mut config = ProviderConfig::default();
+        match name {
+            "STANDARD_WEBHOOKS" => config.standard_webhooks = value.parse().unwrap(),
+            _ => drop(config.secrets.insert(name, value.parse().unwrap())),
+        }
+        Registry::configure(&config, 300).err().map(|error| error.to_string())
+    }
+
+    #[test]
+    fn an_empty_or_short_key_is_refused_naming_the_variable_and_position_never_the_value() {
+        let short = "is shorter than 16 bytes once decoded";
+        for (name, value, reason) in [
+            // Zero-length HMAC keys, which verified requests signed with nothing.
+            ("STANDARD_WEBHOOKS", "acme=", format!("STANDARD_WEBHOOKS entry #1 (acme=...) {short}")),
+            ("STANDARD_WEBHOOKS", "acme=whsec_", format!("STANDARD_WEBHOOKS entry #1 (acme=...) {short}")),
+            ("clerk", "whsec_", format!("CLERK_WEBHOOK_SECRET: secret #1 {short}")),
+            // One character, and 15 bytes: guessable.
+            ("paddle", "p", format!("PADDLE_WEBHOOK_SECRET: secret #1 {short}")),
+            ("stripe", "whsec_012345678", format!("STRIPE_WEBHOOK_SECRET: secret #1 {short}")),
+            ("github", "g", format!("GITHUB_WEBHOOK_SECRET: secret #1 {short}")),
+            // Positions: the second secret of a rotation; the third entry of
+            // the variable, though it is acme's second.
+            ("paddle", "pdl_ntfset_0123456789,pdl", format!("PADDLE_WEBHOOK_SECRET: secret #2 {short}")),
+            (
+                "STANDARD_WEBHOOKS",
+                "acme=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,globex=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,\
+                 acme=whsec_c2hvcnQ=",
+                format!("STANDARD_WEBHOOKS entry #3 (acme=...) {short}"),
+            ),
+        ] {
+            assert_eq!(refusal(name, value).as_deref(), Some(reason.as_str()), "{name}={value}");
+        }
+        // 16 bytes once decoded is enough, in either encoding.
+        assert_eq!(refusal("paddle", "0123456789abcdef"), None);
+        assert_eq!(refusal("STANDARD_WEBHOOKS", "acme=whsec_MDEyMzQ1Njc4OWFiY2RlZg=="), None);
+    }
+
+    #[test]
+    fn an_empty_variable_configures_nothing_for_every_kind_of_provider() {
+        // As `.env.example` and docker-compose.yml leave a provider off.
+        for name in ["paddle", "clerk", "stripe", "github", "STANDARD_WEBHOOKS"] {
+            for empty in ["", " ", ",", " , "] {
+                assert_eq!(refusal(name, empty), None, "{name}={empty:?}");
+            }
+        }
+        let mut config = ProviderConfig::default();
+        config.secrets.insert("clerk", "".parse().unwrap());
+        config.standard_webhooks = " , ".parse().unwrap();
+        assert!(Registry::configure(&config, 300).unwrap().names().is_empty());
     }
 }

@@ -2,6 +2,8 @@
 //! constant-time comparison against any of several secrets, and the
 //! timestamp window.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, KeyInit, Mac};
 use secrecy::{ExposeSecret, SecretSlice, SecretString};
 use sha2::Sha256;
@@ -30,13 +32,65 @@ pub enum SignatureError {
     NoMatchingSignature,
 }
 
-/// A configured secret that is not `whsec_<base64>` (or plain base64), for
-/// the schemes that decode their secrets.
+/// Shortest signing key accepted, in bytes once decoded.
+///
+/// Why a floor: an HMAC keyed with nothing (`acme=`, `whsec_`) or with a
+/// few bytes is a key anyone can guess, so a blank or truncated value in a
+/// deploy template would accept forgeries. 16 bytes (128 bits) is below
+/// every secret a provider issues (Svix: 24 bytes, Paddle and Stripe: 32
+/// characters and more) and beyond guessing.
+pub const MIN_KEY_LEN: usize = 16;
+
+/// Why a configured secret cannot be a signing key. Never shows the secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// A `whsec_` secret whose rest is not base64.
+    #[error("is not base64 after its whsec_ prefix")]
+    NotBase64,
+    /// Fewer than [`MIN_KEY_LEN`] bytes once decoded (empty included).
+    #[error("is shorter than 16 bytes once decoded")]
+    TooShort,
+}
+
+/// A configured secret that cannot be a signing key, named by position.
 #[derive(Debug, thiserror::Error)]
-#[error("secret #{position} is not base64 after its whsec_ prefix")]
+#[error("secret #{position} {problem}")]
 pub struct InvalidSecret {
-    /// 1-based position in the configured list; the secret itself is never shown.
+    /// 1-based position among the configured secrets; the secret itself is never shown.
     pub position: usize,
+    /// What is wrong with it.
+    pub problem: KeyError,
+}
+
+/// How a scheme turns a configured secret into HMAC key bytes. Every key
+/// any provider, sender or destination signs or verifies with is made
+/// here, so the [`MIN_KEY_LEN`] floor holds for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyEncoding {
+    /// The secret's UTF-8 bytes as configured (Paddle, Stripe, GitHub): no
+    /// decoding, a `whsec_` prefix included.
+    Text,
+    /// `whsec_<base64>` (Standard Webhooks, Svix): the base64-decoded rest;
+    /// the prefix is optional, as in Svix's libraries.
+    Whsec,
+}
+
+impl KeyEncoding {
+    /// The key bytes of `secret`, refused when shorter than [`MIN_KEY_LEN`].
+    pub fn key(self, secret: &SecretString) -> Result<SecretSlice<u8>, KeyError> {
+        let text = secret.expose_secret();
+        let bytes = match self {
+            KeyEncoding::Text => text.as_bytes().to_vec(),
+            KeyEncoding::Whsec => {
+                let encoded = text.strip_prefix("whsec_").unwrap_or(text);
+                STANDARD.decode(encoded).map_err(|_| KeyError::NotBase64)?
+            }
+        };
+        if bytes.len() < MIN_KEY_LEN {
+            return Err(KeyError::TooShort);
+        }
+        Ok(SecretSlice::from(bytes))
+    }
 }
 
 /// Length of an HMAC-SHA256 tag.
@@ -46,20 +100,17 @@ pub const TAG_LEN: usize = 32;
 pub struct SigningKeys(Vec<SecretSlice<u8>>);
 
 impl SigningKeys {
-    /// Wraps keys already decoded from their configured form.
-    pub fn new(keys: Vec<SecretSlice<u8>>) -> Self {
-        SigningKeys(keys)
-    }
-
-    /// Keys that are the secrets' UTF-8 bytes as configured, as Paddle,
-    /// Stripe and GitHub use them (no decoding, a `whsec_` prefix included).
-    pub fn utf8(secrets: &[SecretString]) -> Self {
-        SigningKeys(
-            secrets
-                .iter()
-                .map(|secret| SecretSlice::from(secret.expose_secret().as_bytes().to_vec()))
-                .collect(),
-        )
+    /// The keys of `secrets` decoded as `encoding` says; the first that
+    /// cannot be a key is refused by its position.
+    pub fn decode(secrets: &[SecretString], encoding: KeyEncoding) -> Result<Self, InvalidSecret> {
+        secrets
+            .iter()
+            .enumerate()
+            .map(|(index, secret)| {
+                encoding.key(secret).map_err(|problem| InvalidSecret { position: index + 1, problem })
+            })
+            .collect::<Result<_, _>>()
+            .map(SigningKeys)
     }
 
     /// True when no key is configured (the provider is then disabled).
@@ -142,15 +193,49 @@ mod tests {
     use super::*;
 
     fn keys(secrets: &[&str]) -> SigningKeys {
-        SigningKeys::new(secrets.iter().map(|s| SecretSlice::from(s.as_bytes().to_vec())).collect())
+        let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
+        SigningKeys::decode(&secrets, KeyEncoding::Text).unwrap()
     }
 
     #[test]
     fn the_matching_key_is_found_by_position() {
-        let tag = hmac_sha256(b"second", &[b"msg"]);
-        let keys = keys(&["first", "second"]);
+        let tag = hmac_sha256(b"the second key, long enough", &[b"msg"]);
+        let keys = keys(&["the first key, long enough", "the second key, long enough"]);
         assert_eq!(keys.position_of_match(&[b"msg"], &[[0; TAG_LEN], tag]), Some(1));
         assert_eq!(keys.position_of_match(&[b"other"], &[tag]), None);
+    }
+
+    #[test]
+    fn keys_under_16_bytes_once_decoded_are_refused_by_position_in_either_encoding() {
+        let decode = |secrets: &[&str], encoding| {
+            let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
+            SigningKeys::decode(&secrets, encoding).map(|keys| keys.0.len()).map_err(|e| e.to_string())
+        };
+        // 16 bytes of text, or base64 of 16 bytes: the floor itself is accepted.
+        let text = "0123456789abcdef";
+        let whsec = "whsec_MDEyMzQ1Njc4OWFiY2RlZg==";
+        assert_eq!(decode(&[text], KeyEncoding::Text), Ok(1));
+        assert_eq!(decode(&[whsec], KeyEncoding::Whsec), Ok(1));
+        for (short, encoding) in [
+            ("", KeyEncoding::Text),
+            ("x", KeyEncoding::Text),
+            ("0123456789abcde", KeyEncoding::Text),
+            ("", KeyEncoding::Whsec),
+            ("whsec_", KeyEncoding::Whsec),
+            // 15 bytes once decoded, though 26 characters as written.
+            ("whsec_MDEyMzQ1Njc4OWFiY2Rl", KeyEncoding::Whsec),
+        ] {
+            let good = if encoding == KeyEncoding::Text { text } else { whsec };
+            assert_eq!(
+                decode(&[good, short], encoding),
+                Err("secret #2 is shorter than 16 bytes once decoded".into()),
+                "{short:?}"
+            );
+        }
+        assert_eq!(
+            decode(&["whsec_not base64!"], KeyEncoding::Whsec),
+            Err("secret #1 is not base64 after its whsec_ prefix".into())
+        );
     }
 
     #[test]
@@ -185,6 +270,6 @@ mod tests {
 
     #[test]
     fn debug_never_shows_a_key() {
-        assert_eq!(format!("{:?}", keys(&["hunter2"])), "SigningKeys([REDACTED; 1])");
+        assert_eq!(format!("{:?}", keys(&["hunter2hunter2hunter2"])), "SigningKeys([REDACTED; 1])");
     }
 }

@@ -7,9 +7,9 @@
 use axum::http::HeaderMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use secrecy::{ExposeSecret, SecretSlice, SecretString};
+use secrecy::SecretString;
 
-use super::signature::{self, SignatureError, SigningKeys, TAG_LEN};
+use super::signature::{self, KeyEncoding, SignatureError, SigningKeys, TAG_LEN};
 use super::{InvalidSecret, Verified, header_str};
 
 /// The three headers of one naming family.
@@ -42,19 +42,8 @@ pub struct VerifiedMessage<'h> {
 impl StandardWebhooksVerifier {
     /// Decodes `whsec_<base64>` secrets (the prefix is optional, as in Svix's libraries).
     pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Result<Self, InvalidSecret> {
-        let keys = secrets
-            .iter()
-            .enumerate()
-            .map(|(index, secret)| {
-                let text = secret.expose_secret();
-                let encoded = text.strip_prefix("whsec_").unwrap_or(text);
-                STANDARD
-                    .decode(encoded)
-                    .map(SecretSlice::from)
-                    .map_err(|_| InvalidSecret { position: index + 1 })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(StandardWebhooksVerifier { keys: SigningKeys::new(keys), tolerance_secs })
+        let keys = SigningKeys::decode(secrets, KeyEncoding::Whsec)?;
+        Ok(StandardWebhooksVerifier { keys, tolerance_secs })
     }
 
     /// Checks the signature headers against the raw body at time `now` (unix seconds).

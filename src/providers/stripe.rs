@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::timestamped::{self, TimestampedVerifier};
-use super::{Provider, ProviderSpec, Verified};
+use super::{InvalidSecret, Provider, ProviderSpec, Verified};
 use crate::event::{self, Event, EventError};
 
 const SIGNATURE_HEADER: &str = "Stripe-Signature";
@@ -33,7 +33,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     aliases: &[],
     secret_help: "Stripe endpoint signing secrets `whsec_...` (Workbench > Webhooks > your endpoint), \
                   comma-separated (several while rolling a secret).",
-    build: |secrets, tolerance_secs| Ok(Arc::new(Stripe::new(secrets, tolerance_secs))),
+    build: |secrets, tolerance_secs| Ok(Arc::new(Stripe::new(secrets, tolerance_secs)?)),
 };
 
 /// Verifies and reads Stripe events.
@@ -47,8 +47,8 @@ impl Stripe {
     pub const NAME: &'static str = "stripe";
 
     /// Stripe keys the HMAC with the whole secret as text, `whsec_` prefix included.
-    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Self {
-        Stripe { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs) }
+    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Result<Self, InvalidSecret> {
+        Ok(Stripe { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs)? })
     }
 }
 
@@ -105,7 +105,7 @@ mod tests {
 
     fn stripe(secrets: &[&str]) -> Stripe {
         let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
-        Stripe::new(&secrets, 300)
+        Stripe::new(&secrets, 300).unwrap()
     }
 
     fn headers(signature: &str) -> HeaderMap {
@@ -175,23 +175,23 @@ mod tests {
     #[test]
     fn any_configured_secret_and_any_v1_entry_verify_and_the_window_applies() {
         let body = br#"{"id":"evt_1"}"#;
-        let valid = sign("whsec_new", 1000, body);
+        let valid = sign("whsec_new_0123456789", 1000, body);
         let rolled = format!("t=1000,v1={},{},v0=abc", "0".repeat(64), valid.split_once(',').unwrap().1);
         let rolled_headers = headers(&rolled);
-        let verified = stripe(&["whsec_old", "whsec_new"]).verify(&rolled_headers, body, 1000).unwrap();
+        let verified = stripe(&["whsec_old_0123456789", "whsec_new_0123456789"]).verify(&rolled_headers, body, 1000).unwrap();
         assert_eq!((verified.secret_index, verified.signature), (1, rolled.as_str()));
 
-        let verifier = stripe(&["whsec_new"]);
+        let verifier = stripe(&["whsec_new_0123456789"]);
         assert_eq!(verifier.verify(&headers(&valid), body, 1301).unwrap_err(), SignatureError::TimestampTooOld);
         assert_eq!(
-            verifier.verify(&headers(&sign("whsec_new", 1301, body)), body, 1000).unwrap_err(),
+            verifier.verify(&headers(&sign("whsec_new_0123456789", 1301, body)), body, 1000).unwrap_err(),
             SignatureError::TimestampInFuture
         );
     }
 
     #[test]
     fn malformed_headers_are_told_apart_from_wrong_signatures() {
-        let verifier = stripe(&["whsec_s"]);
+        let verifier = stripe(&["whsec_0123456789abcdef"]);
         let malformed = SignatureError::MalformedHeader(SIGNATURE_HEADER);
         assert_eq!(verifier.verify(&HeaderMap::new(), b"", 0).unwrap_err(), SignatureError::MissingHeader(SIGNATURE_HEADER));
         for bad in ["", "t=1", "v1=00", "t=1;v1=00", "t=abc,v1=00", "t=1,t=1,v1=00", "t=1,v0=00"] {

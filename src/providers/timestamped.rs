@@ -6,7 +6,7 @@
 use axum::http::HeaderMap;
 use secrecy::SecretString;
 
-use super::signature::{self, SignatureError, SigningKeys, TAG_LEN};
+use super::signature::{self, InvalidSecret, KeyEncoding, SignatureError, SigningKeys, TAG_LEN};
 use super::{Verified, header_str};
 
 /// How a provider lays out the header and the signed message.
@@ -34,8 +34,13 @@ pub struct TimestampedVerifier {
 
 impl TimestampedVerifier {
     /// The secrets are used as text: their UTF-8 bytes are the HMAC keys.
-    pub fn new(format: &'static Format, secrets: &[SecretString], tolerance_secs: u64) -> Self {
-        TimestampedVerifier { format, keys: SigningKeys::utf8(secrets), tolerance_secs }
+    pub fn new(
+        format: &'static Format,
+        secrets: &[SecretString],
+        tolerance_secs: u64,
+    ) -> Result<Self, InvalidSecret> {
+        let keys = SigningKeys::decode(secrets, KeyEncoding::Text)?;
+        Ok(TimestampedVerifier { format, keys, tolerance_secs })
     }
 
     /// Checks the header against the raw body at time `now` (unix seconds).

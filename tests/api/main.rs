@@ -26,4 +26,5 @@ mod purge;
 mod reprocess;
 mod sequences;
 mod server;
+mod startup;
 mod verification;

@@ -60,7 +60,8 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
     let db = TestDatabase::create().await;
     let options = webhook_inbox::db::session_options(db.connect_options(), Default::default());
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
-    let providers = Registry::default().with(Paddle::new(&[SecretString::from(PADDLE_SECRETS[0])], 300));
+    let providers =
+        Registry::default().with(Paddle::new(&[SecretString::from(PADDLE_SECRETS[0])], 300).unwrap());
     let handlers = Handlers { price_credits: "pri_basic=100".parse().unwrap() };
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
     let state = AppState::new(pool, providers, PanicsSometimes(handlers), limits);

@@ -19,7 +19,7 @@ pub const CLERK_SECRETS: [&str; 2] =
 /// The Stripe secrets a test app is configured with (two: rolling a secret).
 pub const STRIPE_SECRETS: [&str; 2] = ["whsec_test_secret", "whsec_rolled_9fZqXk2Lr1"];
 /// The GitHub secrets a test app is configured with (two: rotation).
-pub const GITHUB_SECRETS: [&str; 2] = ["It's a Secret to Everybody", "mysecret"];
+pub const GITHUB_SECRETS: [&str; 2] = ["It's a Secret to Everybody", "the rotated github secret"];
 /// The Standard Webhooks sender every test app has, and its secrets (two: rotation).
 pub const STANDARD_SENDER: &str = "acme";
 pub const STANDARD_SECRETS: [&str; 2] =
