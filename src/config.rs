@@ -13,8 +13,8 @@ use secrecy::SecretString;
 use crate::handlers::Handlers;
 use crate::handlers::billing::PriceCredits;
 use crate::operations::{Age, RetentionPolicy};
-use crate::outbox::Retry;
 use crate::providers::ProviderConfig;
+use crate::queue::Schedule;
 
 /// Where the database is and how the pool uses it. Shared by every subcommand.
 #[derive(Debug, Clone, Args)]
@@ -144,13 +144,13 @@ pub struct OutboxConfig {
 }
 
 impl OutboxConfig {
-    /// The retry policy.
-    pub fn retry(&self) -> Retry {
-        Retry {
-            max_attempts: self.outbox_max_attempts,
-            base: Duration::from_secs(self.outbox_backoff_base_secs),
-            cap: Duration::from_secs(self.outbox_backoff_cap_secs),
-        }
+    /// When a failed email is tried again, and when it is given up.
+    pub fn schedule(&self) -> Schedule {
+        Schedule::doubling(
+            self.outbox_max_attempts,
+            Duration::from_secs(self.outbox_backoff_base_secs),
+            Duration::from_secs(self.outbox_backoff_cap_secs),
+        )
     }
 }
 

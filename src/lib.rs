@@ -28,5 +28,7 @@ pub mod operations;
 pub mod outbox;
 /// Signature verification and event extraction, one module per provider.
 pub mod providers;
+/// The queue engine every effect that leaves the database is sent by: claims, leases, retries.
+pub mod queue;
 /// Log output.
 pub mod telemetry;

@@ -14,8 +14,9 @@ use crate::config::{DatabaseConfig, OutboxConfig, ServeConfig};
 use crate::db::{self, Database};
 use crate::http::{self, AppState, BearerToken, Limits};
 use crate::operations::retention;
-use crate::outbox::{Mailer, Templates, Worker};
+use crate::outbox::{Emails, Mailer, Templates};
 use crate::providers::Registry;
+use crate::queue::Engine;
 
 /// How often retention purges the archive.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
@@ -40,9 +41,11 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         db.close().await;
         return Err(error);
     }
-    let poll_interval = Duration::from_millis(config.outbox.outbox_poll_interval_ms);
-    let worker = mailer
-        .map(|mailer| Worker::new(db.pool.clone(), mailer, config.outbox.retry(), poll_interval).spawn());
+    let mut engine =
+        Engine::new(db.pool.clone(), Duration::from_millis(config.outbox.outbox_poll_interval_ms));
+    if let Some(mailer) = mailer {
+        engine.spawn(Emails::new(mailer, config.outbox.schedule()));
+    }
 
     let mut state = AppState::new(
         db.pool.clone(),
@@ -78,22 +81,14 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
             stop.cancel();
         }
     };
-    // In parallel with the HTTP drain: the outbox worker claims no new
-    // round and finishes the one in progress, and retention the batch in
-    // progress, by the same deadline.
+    // In parallel with the HTTP drain: the queues claim nothing new and
+    // finish the sends in flight, and retention the batch in progress, by
+    // the same deadline.
     let background = async {
         stop.cancelled().await;
         let signalled = Instant::now();
         let drained_by = signalled + drain;
-        let (emails_done, ()) = tokio::join!(
-            async {
-                match worker {
-                    Some(worker) => worker.stop(drained_by).await,
-                    None => true,
-                }
-            },
-            stop_retention(retention, drained_by),
-        );
+        let (emails_done, ()) = tokio::join!(engine.stop(drained_by), stop_retention(retention, drained_by));
         (signalled, emails_done)
     };
     let (deliveries_done, (signalled, emails_done)) = tokio::join!(

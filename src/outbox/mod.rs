@@ -2,11 +2,11 @@
 //!
 //! A handler enqueues a row in the delivery's transaction, so an email
 //! exists if and only if its event is processed, and a unique cause makes it
-//! one email per cause however many events carry that cause. A [`Worker`]
-//! sends the rows over SMTP afterwards, outside any delivery.
+//! one email per cause however many events carry that cause. [`Emails`], a
+//! queue of the engine (`crate::queue`), sends the rows over SMTP afterwards,
+//! outside any delivery.
 
 mod mailer;
-mod marks;
 mod queue;
 mod templates;
 mod worker;
@@ -16,7 +16,7 @@ use tracing::instrument;
 
 pub use mailer::{Mailer, MailerError};
 pub use templates::{Template, Templates};
-pub use worker::{Retry, Round, RunningWorker, Worker};
+pub use worker::Emails;
 
 /// What an email is for; each kind has its template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,11 +1,13 @@
-//! The worker's statements: claim due rows under a lease, then record how
-//! each send went. Each is one autocommitted statement, so no transaction
-//! stays open across an SMTP call.
+//! The outbox's statements: the claim, which reads the recipient from
+//! `users` with the row, and the record, which is the engine's.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use tracing::instrument;
 use uuid::Uuid;
+
+use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
+use crate::queue::{Attempt, Done, Job};
 
 /// A claimed row, with what the email needs from `users`.
 #[derive(Debug, sqlx::FromRow)]
@@ -25,23 +27,32 @@ pub struct Claimed {
     pub last_name: Option<String>,
 }
 
+impl Job for Claimed {
+    type Id = Uuid;
+
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    fn claim_token(&self) -> Uuid {
+        self.claim_token
+    }
+
+    fn attempt(&self) -> u32 {
+        u32::try_from(self.attempts).unwrap_or(u32::MAX)
+    }
+}
+
 /// Claims up to `limit` pending rows due at `now`, leasing them until
 /// `lease_until` and counting the attempt.
-///
-/// Why `FOR UPDATE SKIP LOCKED`: concurrent workers (other replicas) skip
-/// the rows another claim is taking instead of waiting for them, and a row
-/// whose claim committed first is re-checked and no longer matches (its
-/// lease is in the future). Why a lease instead of a lock held while
-/// sending: the claim commits at once, and if the worker dies mid-send the
-/// row is claimable again when `locked_until` passes.
 #[instrument(skip_all)]
 pub async fn claim(
     conn: &mut PgConnection,
     now: DateTime<Utc>,
     lease_until: DateTime<Utc>,
-    limit: i64,
+    limit: usize,
 ) -> sqlx::Result<Vec<Claimed>> {
-    sqlx::query_as(
+    sqlx::query_as(concat!(
         // MATERIALIZED: the claim runs exactly once. Inlined as a join, the
         // planner may rescan it (a nested loop), and each rescan locks and
         // returns other rows, past the LIMIT.
@@ -49,89 +60,42 @@ pub async fn claim(
              SELECT due.id, u.email, u.first_name, u.last_name
              FROM outbox AS due
              LEFT JOIN users AS u ON u.id = due.user_id AND u.deleted_at IS NULL
-             WHERE due.status = 'pending'
-               AND due.next_attempt_at <= $1
-               AND (due.locked_until IS NULL OR due.locked_until <= $1)
+             WHERE ",
+        queue_due!("due"),
+        "
              ORDER BY due.next_attempt_at
              LIMIT $3
              FOR UPDATE OF due SKIP LOCKED
          )
-         UPDATE outbox AS o
-         SET locked_until = $2, claim_token = gen_random_uuid(), attempts = o.attempts + 1
-         FROM c
-         -- Checked again on the row as updated, should a concurrent claim
-         -- have committed in between (belt and braces with the lock above).
-         WHERE o.id = c.id AND o.status = 'pending' AND (o.locked_until IS NULL OR o.locked_until <= $1)
+         UPDATE outbox AS o SET ",
+        queue_lease!("o"),
+        " FROM c WHERE o.id = c.id AND ",
+        queue_due!("o"),
+        "
          RETURNING o.id, o.claim_token, o.kind, o.user_id, o.subscription_id, o.attempts,
-                   c.email, c.first_name, c.last_name",
-    )
+                   c.email, c.first_name, c.last_name"
+    ))
     .bind(now)
     .bind(lease_until)
-    .bind(limit)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
     .fetch_all(conn)
     .await
 }
 
-/// How a send went.
+/// What one send did: the error is a one-line description for `last_error`.
 #[derive(Debug)]
-pub enum Outcome<'a> {
-    /// The SMTP server accepted the email.
-    Sent,
-    /// It did not: pending again from `retry_at`, or dead without one.
-    Failed {
-        /// For `last_error`.
-        error: &'a str,
-        /// When to try again.
-        retry_at: Option<DateTime<Utc>>,
-    },
-}
+pub struct Sent(pub Result<(), String>);
 
-/// Records `outcome` for `row`, if the claim is still ours. Safe to repeat:
-/// it matches only the row's current claim and sets the same values again.
-pub async fn record(conn: &mut PgConnection, row: &Claimed, outcome: &Outcome<'_>) -> sqlx::Result<()> {
-    match outcome {
-        Outcome::Sent => mark_sent(conn, row).await,
-        Outcome::Failed { error, retry_at } => mark_failed(conn, row, error, *retry_at).await,
+impl Attempt for Sent {
+    fn failure(&self) -> Option<crate::queue::Failure<'_>> {
+        let error = self.0.as_ref().err()?;
+        Some(crate::queue::Failure { error, retry_after: None })
     }
 }
 
-/// Records a successful send, if the claim is still ours.
+/// Records the outcomes of `done`, for the rows their claims still hold.
 #[instrument(skip_all)]
-async fn mark_sent(conn: &mut PgConnection, row: &Claimed) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE outbox SET status = 'sent', sent_at = now(), locked_until = NULL, last_error = NULL
-         WHERE id = $1 AND claim_token = $2",
-    )
-    .bind(row.id)
-    .bind(row.claim_token)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Records a failed send, if the claim is still ours: pending again from
-/// `retry_at`, or dead when there is no retry left.
-#[instrument(skip_all)]
-async fn mark_failed(
-    conn: &mut PgConnection,
-    row: &Claimed,
-    error: &str,
-    retry_at: Option<DateTime<Utc>>,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE outbox
-         SET status = CASE WHEN $4::timestamptz IS NULL THEN 'dead' ELSE 'pending' END,
-             next_attempt_at = COALESCE($4, next_attempt_at),
-             last_error = $3,
-             locked_until = NULL
-         -- Not a row given up meanwhile (its user deleted): it stays dead.
-         WHERE id = $1 AND claim_token = $2 AND status = 'pending'",
-    )
-    .bind(row.id)
-    .bind(row.claim_token)
-    .bind(error)
-    .bind(retry_at)
-    .execute(conn)
-    .await?;
+pub async fn record(conn: &mut PgConnection, done: &[Done<Claimed, Sent>]) -> sqlx::Result<()> {
+    bind_record(sqlx::query(queue_record!("outbox", "uuid")), done).execute(conn).await?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chrono::{Duration, Utc};
 use tokio::sync::Barrier;
 use uuid::Uuid;
-use webhook_inbox::outbox::Round;
+use webhook_inbox::queue::Round;
 
 use crate::support::events::*;
 use crate::support::outbox::{create_user, outbox_rows, worker};
@@ -61,8 +61,9 @@ async fn while_smtp_is_down_emails_stay_pending_with_the_error_and_once_it_is_ba
     // Backing off: nothing is due again before a minute has passed.
     assert_eq!(worker.run_once(now + Duration::seconds(59)).await.unwrap(), Round::default());
 
+    // The delay counts from the end of the failed attempt, a moment after `now`.
     smtp.refuse(false);
-    let round = worker.run_once(now + Duration::seconds(60)).await.unwrap();
+    let round = worker.run_once(now + Duration::seconds(61)).await.unwrap();
     assert_eq!(round, Round { claimed: 3, sent: 3, ..Round::default() });
     assert_eq!(worker.run_once(now + Duration::days(1)).await.unwrap(), Round::default());
 
@@ -86,11 +87,13 @@ async fn after_its_last_attempt_an_email_is_dead_and_never_tried_again() {
     let now = Utc::now();
     smtp.refuse(true);
 
-    // Three attempts (RETRY.max_attempts), one minute then two apart.
+    // Three attempts (the schedule's), one minute then two apart, each
+    // delay counted from the end of the failed attempt, a moment after `now`.
     assert_eq!(worker.run_once(now).await.unwrap().retrying, 1);
-    assert_eq!(worker.run_once(now + Duration::seconds(60)).await.unwrap().retrying, 1);
-    assert_eq!(worker.run_once(now + Duration::seconds(179)).await.unwrap(), Round::default());
-    assert_eq!(worker.run_once(now + Duration::seconds(180)).await.unwrap().dead, 1);
+    assert_eq!(worker.run_once(now + Duration::seconds(59)).await.unwrap(), Round::default());
+    assert_eq!(worker.run_once(now + Duration::seconds(61)).await.unwrap().retrying, 1);
+    assert_eq!(worker.run_once(now + Duration::seconds(180)).await.unwrap(), Round::default());
+    assert_eq!(worker.run_once(now + Duration::seconds(182)).await.unwrap().dead, 1);
 
     smtp.refuse(false);
     assert_eq!(worker.run_once(now + Duration::days(30)).await.unwrap(), Round::default());
@@ -205,7 +208,7 @@ async fn an_email_whose_user_has_no_address_yet_is_retried_not_lost() {
     assert!(error.unwrap().starts_with("no address for user \"user_42\""));
 
     create_user(&app, "user_42").await;
-    assert_eq!(worker.run_once(now + Duration::seconds(60)).await.unwrap().sent, 2);
+    assert_eq!(worker.run_once(now + Duration::seconds(61)).await.unwrap().sent, 2);
     assert_eq!(smtp.messages().len(), 2);
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use sqlx::postgres::PgPoolOptions;
-use webhook_inbox::outbox::Round;
+use webhook_inbox::queue::Round;
 
 use crate::support::outbox::{create_user, outbox_rows, worker};
 use crate::support::*;

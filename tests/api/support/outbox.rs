@@ -1,9 +1,12 @@
-//! Outbox workers pointed at the test SMTP server.
+//! The outbox's queue pointed at the test SMTP server.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use webhook_inbox::outbox::{Mailer, Retry, Templates, Worker};
+use webhook_inbox::outbox::{Emails, Mailer, Templates};
+use webhook_inbox::queue::{self, Engine, Round, Schedule};
 
 use super::app::TestApp;
 use super::events::user;
@@ -14,13 +17,45 @@ use super::smtp::SmtpServer;
 pub const FROM: &str = "Acme <noreply@acme.example>";
 
 /// Three attempts, one minute apart at first, at most ten minutes apart.
-pub const RETRY: Retry =
-    Retry { max_attempts: 3, base: Duration::from_secs(60), cap: Duration::from_secs(600) };
+pub fn schedule() -> Schedule {
+    Schedule::doubling(3, Duration::from_secs(60), Duration::from_secs(600))
+}
 
-/// A worker on `pool` (an app instance's own pool, for replicas) sending to `smtp`.
+/// The outbox's queue on one pool (an app instance's own, for replicas),
+/// driven round by round at chosen times, or run in the background.
+pub struct Worker {
+    pool: PgPool,
+    emails: Arc<Emails>,
+    smtp: String,
+}
+
+impl Worker {
+    /// One round at `now`.
+    pub async fn deliver_due(&self, now: DateTime<Utc>) -> sqlx::Result<Round> {
+        queue::deliver_due(&self.pool, &*self.emails, now).await
+    }
+
+    /// Rounds at `now` until nothing is due.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> sqlx::Result<Round> {
+        queue::run_once(&self.pool, &*self.emails, now).await
+    }
+
+    /// The engine running this queue in the background, looking every 20 ms.
+    pub fn spawn(self) -> Engine {
+        let mut engine = Engine::new(self.pool.clone(), Duration::from_millis(20));
+        engine.spawn(emails(&self.smtp));
+        engine
+    }
+}
+
+fn emails(smtp_url: &str) -> Emails {
+    let mailer = Mailer::new(&smtp_url.into(), FROM, Templates::default(), Duration::from_secs(5)).unwrap();
+    Emails::new(mailer, schedule())
+}
+
+/// A worker on `pool` sending to `smtp`.
 pub fn worker(pool: &PgPool, smtp: &SmtpServer) -> Worker {
-    let mailer = Mailer::new(&smtp.url().into(), FROM, Templates::default(), Duration::from_secs(5)).unwrap();
-    Worker::new(pool.clone(), mailer, RETRY, Duration::from_millis(20))
+    Worker { pool: pool.clone(), emails: Arc::new(emails(&smtp.url())), smtp: smtp.url() }
 }
 
 /// Creates `user_id` (address `<user_id>@example.com`) with a Clerk

@@ -1,0 +1,215 @@
+//! The queue engine: effects that leave the database (emails, forwards to
+//! the team's application) are rows written in a delivery's transaction and
+//! sent afterwards, by the same machinery whatever they are.
+//!
+//! A [`Queue`] says how to claim its due rows, how to send one, and how to
+//! record what happened; the engine owns the rest, once for every queue:
+//! leases and claim tokens (`sql.rs`), the retry schedule with its jitter
+//! and the point where a row is given up (`schedule.rs`), recording on a kept
+//! connection until the lease ends (`connection.rs`), and the loop that keeps
+//! each queue's sends in flight, drains them at shutdown and abandons them
+//! past the deadline (`runner.rs`).
+//!
+//! Sending is at least once: a process that dies between a send and its
+//! record leaves a lease that expires, and the row is sent again. Everything
+//! else (several processes, replicas, retries, a busy database) sends each
+//! row once, because a claim takes rows with `FOR UPDATE SKIP LOCKED` and a
+//! record only touches a row its own claim still holds.
+
+mod connection;
+mod round;
+mod runner;
+mod schedule;
+pub mod sql;
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+pub use round::{Round, deliver_due, run_once};
+pub use runner::{Engine, Wake};
+pub use schedule::{InvalidSchedule, Schedule};
+
+/// A kind of row the engine sends: how to claim, send and record it.
+pub trait Queue: Send + Sync + 'static {
+    /// A claimed row, with what sending it needs.
+    type Job: Job;
+    /// What one send did.
+    type Attempt: Attempt;
+
+    /// What the logs call it: `outbox`, `destination <name>`.
+    fn name(&self) -> &str;
+
+    /// Most rows of this queue in flight at once in this process.
+    fn capacity(&self) -> usize;
+
+    /// How long a claim is leased: longer than any send can take, so that a
+    /// row is only claimed again once its sender is surely done or dead.
+    fn lease(&self) -> Duration;
+
+    /// When a failed row is tried again, and when it is given up.
+    fn schedule(&self) -> &Schedule;
+
+    /// Claims up to `limit` rows due at `now`, leased until `lease_until`,
+    /// counting the attempt, in one statement (see [`sql`]).
+    fn claim(
+        &self,
+        conn: &mut PgConnection,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> impl Future<Output = sqlx::Result<Vec<Self::Job>>> + Send;
+
+    /// Sends one row; never fails, the failure is in the attempt.
+    fn send(&self, job: &Self::Job) -> impl Future<Output = Self::Attempt> + Send;
+
+    /// Records what happened to `done`, in one statement. Safe to repeat:
+    /// it may run again after an error, and only rows still held by their
+    /// claim change.
+    fn record(
+        &self,
+        conn: &mut PgConnection,
+        done: &[Done<Self::Job, Self::Attempt>],
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    /// The span a row's send and its logs run in, naming the row.
+    fn span(&self, job: &Self::Job) -> tracing::Span;
+
+    /// Reports a settled row (logs, metrics), once, before it is recorded.
+    fn report(&self, done: &Done<Self::Job, Self::Attempt>);
+}
+
+/// What every claimed row has.
+pub trait Job: Send + Sync + 'static {
+    /// The row's primary key.
+    type Id: for<'q> sqlx::Encode<'q, sqlx::Postgres>
+        + sqlx::Type<sqlx::Postgres>
+        + sqlx::postgres::PgHasArrayType
+        + Copy
+        + Send
+        + Sync;
+
+    /// The row.
+    fn id(&self) -> Self::Id;
+
+    /// Proves the claim is still this one when recording.
+    fn claim_token(&self) -> Uuid;
+
+    /// Which attempt of the retry schedule this is, 1 for the first.
+    fn attempt(&self) -> u32;
+}
+
+/// What every send reports.
+pub trait Attempt: Send + Sync + 'static {
+    /// `None` when the row was sent, else why not.
+    fn failure(&self) -> Option<Failure<'_>>;
+}
+
+/// Why a send failed.
+#[derive(Debug, Clone, Copy)]
+pub struct Failure<'a> {
+    /// One line for the row's `last_error`; never a secret, never a payload.
+    pub error: &'a str,
+    /// How long the other side asked us to wait (`Retry-After`); replaces
+    /// the schedule's delay, which still decides when the row is given up.
+    pub retry_after: Option<Duration>,
+}
+
+/// A row's state after a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Sent: done.
+    Sent,
+    /// Failed; pending again from this time.
+    Retry(DateTime<Utc>),
+    /// Failed, and the schedule has no attempt left: given up.
+    Dead,
+}
+
+impl Outcome {
+    /// The row's `status` after it.
+    pub fn status(self) -> &'static str {
+        match self {
+            Outcome::Sent => "sent",
+            Outcome::Retry(_) => "pending",
+            Outcome::Dead => "dead",
+        }
+    }
+
+    /// Decides the outcome of `attempt` of `job`, made at `now`.
+    pub fn of<J: Job, A: Attempt>(schedule: &Schedule, job: &J, attempt: &A, now: DateTime<Utc>) -> Outcome {
+        let Some(failure) = attempt.failure() else { return Outcome::Sent };
+        match schedule.delay_after(job.attempt()) {
+            None => Outcome::Dead,
+            Some(delay) => {
+                let delay = failure.retry_after.map_or(delay, |asked| asked.min(schedule.longest_wait()));
+                Outcome::Retry(now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX))
+            }
+        }
+    }
+}
+
+/// A row that was sent (or tried), ready to be recorded.
+#[derive(Debug)]
+pub struct Done<J, A> {
+    /// When the claim's lease ends, on this process's clock.
+    lease_ends: tokio::time::Instant,
+    /// The claimed row.
+    pub job: J,
+    /// What the send did.
+    pub attempt: A,
+    /// What becomes of the row.
+    pub outcome: Outcome,
+    /// When the send started, on the engine's clock.
+    pub started_at: DateTime<Utc>,
+    /// How long it took; a retry's delay counts from its end.
+    pub duration: Duration,
+}
+
+impl<J: Job, A: Attempt> Done<J, A> {
+    /// The error for `last_error`, if the send failed.
+    pub fn error(&self) -> Option<&str> {
+        self.attempt.failure().map(|failure| failure.error)
+    }
+}
+
+/// The end of a claim made now, on the database's terms (`lease_until`,
+/// from `now`) and on this process's clock.
+fn lease_from<Q: Queue>(queue: &Q, now: DateTime<Utc>) -> (DateTime<Utc>, tokio::time::Instant) {
+    let lease = queue.lease();
+    (
+        now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX),
+        tokio::time::Instant::now() + lease,
+    )
+}
+
+/// Sends `job` of `queue`, claimed at `now` on the engine's clock (a test's
+/// chosen time, or the wall clock), in its span, and settles it by the
+/// schedule.
+async fn send<Q: Queue>(
+    queue: &Q,
+    job: Q::Job,
+    now: DateTime<Utc>,
+    lease_ends: tokio::time::Instant,
+) -> Done<Q::Job, Q::Attempt> {
+    use tracing::Instrument;
+    let span = queue.span(&job);
+    let started = std::time::Instant::now();
+    let attempt = queue.send(&job).instrument(span.clone()).await;
+    let duration = started.elapsed();
+    let ended = now + chrono::Duration::from_std(duration).unwrap_or_default();
+    let outcome = Outcome::of(queue.schedule(), &job, &attempt, ended);
+    let done = Done { lease_ends, job, attempt, outcome, started_at: now, duration };
+    span.in_scope(|| queue.report(&done));
+    done
+}
+
+/// Logs records that could not be made before their lease ends.
+fn unrecorded<Q: Queue>(queue: &Q, rows: usize, error: &sqlx::Error) {
+    tracing::error!(queue = queue.name(), rows, %error,
+        "could not record sends before their lease ends: once it expires they are sent again \
+         (with the same id, so the receiver can tell)");
+}
