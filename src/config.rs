@@ -94,6 +94,10 @@ pub struct ServeConfig {
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true, value_parser = parse_secret)]
     pub admin_token: Option<SecretString>,
 
+    /// The operator console at /console (on with ADMIN_TOKEN).
+    #[command(flatten)]
+    pub console: ConsoleConfig,
+
     /// Bearer token GET /metrics requires. Unset: /metrics is open (keep it off the public internet).
     #[arg(long, env = "METRICS_TOKEN", hide_env_values = true, value_parser = parse_secret)]
     pub metrics_token: Option<SecretString>,
@@ -105,6 +109,28 @@ pub struct ServeConfig {
     /// The outbox worker and its SMTP server.
     #[command(flatten)]
     pub outbox: OutboxConfig,
+}
+
+/// The operator console's sessions.
+#[derive(Debug, Clone, Args)]
+pub struct ConsoleConfig {
+    /// Mark the console's session cookie Secure (browsers then send it over HTTPS only): set it when the console is reached through TLS.
+    #[arg(long, env = "CONSOLE_SECURE_COOKIE")]
+    pub console_secure_cookie: bool,
+
+    /// Minutes a console session lasts from sign-in.
+    #[arg(long, env = "CONSOLE_SESSION_MINUTES", default_value_t = 480, value_parser = clap::value_parser!(u64).range(1..))]
+    pub console_session_minutes: u64,
+}
+
+impl ConsoleConfig {
+    /// The settings the HTTP layer takes.
+    pub fn settings(&self) -> crate::http::ConsoleSettings {
+        crate::http::ConsoleSettings {
+            secure_cookie: self.console_secure_cookie,
+            session_ttl: Duration::from_secs(self.console_session_minutes * 60),
+        }
+    }
 }
 
 /// How the outbox worker sends email.

@@ -54,7 +54,7 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
     );
     if let Some(token) = admin_token {
-        state = state.with_admin_token(token);
+        state = state.with_admin_token(token).with_console(config.console.settings());
     }
     if let Some(token) = metrics_token {
         state = state.with_metrics_token(token);
@@ -62,7 +62,7 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     tracing::info!(
         addr = %listener.local_addr()?,
         enabled = ?state.providers.names(),
-        admin_api = state.admin_token.is_some(),
+        admin_api_and_console = state.admin_token.is_some(),
         "listening"
     );
 

@@ -1,4 +1,4 @@
-//! Bearer tokens for the operator endpoints (`/admin`, `/metrics`).
+//! Bearer tokens for the operator endpoints (`/admin`, `/metrics`, and the console's sign-in).
 
 use std::sync::Arc;
 
@@ -33,9 +33,6 @@ impl BearerToken {
     }
 
     /// Checks `Authorization: Bearer <token>`.
-    ///
-    /// Why digests: comparing the digests in constant time reveals neither
-    /// the token's bytes nor its length through timing.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let presented = headers
             .get(header::AUTHORIZATION)
@@ -44,12 +41,19 @@ impl BearerToken {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim())
             .ok_or(ApiError::BadToken("missing bearer token"))?;
-        let digest = Sha256::digest(presented.as_bytes());
-        if bool::from(digest.as_slice().ct_eq(self.0.as_slice())) {
-            Ok(())
-        } else {
-            Err(ApiError::BadToken("invalid bearer token"))
+        match self.matches(presented) {
+            true => Ok(()),
+            false => Err(ApiError::BadToken("invalid bearer token")),
         }
+    }
+
+    /// Whether `presented` is the token (the console's sign-in form sends it).
+    ///
+    /// Why digests: comparing the digests in constant time reveals neither
+    /// the token's bytes nor its length through timing.
+    pub fn matches(&self, presented: &str) -> bool {
+        let digest = Sha256::digest(presented.as_bytes());
+        bool::from(digest.as_slice().ct_eq(self.0.as_slice()))
     }
 }
 

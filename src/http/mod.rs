@@ -2,6 +2,7 @@
 
 mod admin;
 mod auth;
+mod console;
 mod error;
 mod health;
 mod metrics;
@@ -24,6 +25,7 @@ use crate::inbox::{Effects, Workers};
 use crate::monitoring::Metrics;
 use crate::providers::{self, Registry};
 pub use auth::{BearerToken, InvalidToken};
+pub use console::{ConsoleSettings, SESSION_COOKIE};
 pub use error::ApiError;
 pub use serve::serve;
 
@@ -52,8 +54,11 @@ pub struct AppState {
     pub workers: Workers,
     /// What `GET /metrics` shows.
     pub metrics: Arc<Metrics>,
-    /// The admin API's token; `None`: the whole `/admin` tree answers 404.
+    /// The admin API's token, which also signs in to the console; `None`:
+    /// the whole `/admin` and `/console` trees answer 404.
     pub admin_token: Option<BearerToken>,
+    /// How the console's sessions are kept.
+    pub console: ConsoleSettings,
     /// The token `GET /metrics` requires; `None`: open.
     pub metrics_token: Option<BearerToken>,
 }
@@ -70,6 +75,7 @@ impl AppState {
             limits,
             pool,
             admin_token: None,
+            console: ConsoleSettings::default(),
             metrics_token: None,
         }
     }
@@ -77,6 +83,12 @@ impl AppState {
     /// Turns the admin API on, behind `token`.
     pub fn with_admin_token(mut self, token: BearerToken) -> Self {
         self.admin_token = Some(token);
+        self
+    }
+
+    /// Sets how the console keeps its sessions.
+    pub fn with_console(mut self, settings: ConsoleSettings) -> Self {
+        self.console = settings;
         self
     }
 
@@ -106,7 +118,9 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics));
     if state.admin_token.is_some() {
-        router = router.nest("/admin", admin::router(state.clone()));
+        router = router
+            .nest("/admin", admin::router(state.clone()))
+            .nest("/console", console::router(state.clone()));
     }
     router
         .fallback(|| async { ApiError::NotFound })

@@ -1,7 +1,7 @@
 //! Per-provider delivery metrics, registered once per provider so that a
 //! delivery only bumps atomics: no label is built on the request path.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -44,6 +44,8 @@ pub struct ProviderMetrics {
     pub(super) name: String,
     outcomes: Vec<Counter>,
     rejections: Vec<Counter>,
+    /// Rejections since startup, for the console (a counter handle cannot be read).
+    rejected: AtomicU64,
     duration: Histogram,
     lag: Histogram,
     /// Unix milliseconds of the last verified delivery (at first, of startup).
@@ -69,6 +71,7 @@ impl ProviderMetrics {
                 .iter()
                 .map(|r| recorder.register_counter(&key(REJECTIONS, Some(("reason", r))), &METADATA))
                 .collect(),
+            rejected: AtomicU64::new(0),
             duration: recorder.register_histogram(&key(DURATION, None), &METADATA),
             lag: recorder.register_histogram(&key(LAG, None), &METADATA),
             last_verified_ms: AtomicI64::new(Utc::now().timestamp_millis()),
@@ -86,6 +89,13 @@ impl ProviderMetrics {
     /// Counts a signature rejection by its reason.
     pub fn rejected(&self, error: &SignatureError) {
         self.rejections[reason_index(error)].increment(1);
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Deliveries this process has rejected (401) since it started: they
+    /// are not archived, so only the process that answered knows them.
+    pub fn rejected_since_start(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
     }
 
     /// Notes that a delivery passed verification now.

@@ -1,13 +1,19 @@
 //! What operators do with the archive: find, inspect, reprocess and purge
-//! deliveries. The CLI (`src/cli/`) and the admin API (`src/http/admin/`)
-//! are two front ends to these same functions.
+//! deliveries. The CLI (`src/cli/`), the admin API (`src/http/admin/`) and
+//! the console (`src/http/console/`) are three front ends to these same
+//! functions.
 
 pub mod age;
+pub mod audit;
+pub mod bulk;
 pub mod filter;
+pub mod overview;
+pub mod page;
 pub mod purge;
 pub mod query;
 pub mod reprocess;
 pub mod retention;
+pub mod side_effects;
 
 pub use age::{Age, Since};
 pub use filter::{EventFilter, Status};

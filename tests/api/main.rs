@@ -10,6 +10,8 @@ mod bad_input;
 mod batching;
 mod cli;
 mod concurrency;
+mod console;
+mod console_browser;
 mod credits;
 mod database_harness;
 mod delivery;

@@ -4,15 +4,14 @@ use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
 use crate::http::{AppState, request_id};
 use crate::operations::filter::parsed;
-use crate::operations::{EventFilter, Reprocessed, Summary, query, reprocess};
+use crate::operations::page::{self, Cursor, Page};
+use crate::operations::{EventFilter, Reprocessed, bulk, query, reprocess};
 
 /// Rows per page of `GET /admin/events` unless `limit` says otherwise.
 const PAGE: u32 = 50;
@@ -26,10 +25,11 @@ const MAX_BULK: u32 = 1000;
 
 /// Pagination parameters of `GET /admin/events`.
 #[derive(Deserialize)]
-pub struct Page {
+pub struct Paging {
     #[serde(default, deserialize_with = "parsed")]
     limit: Option<u32>,
-    cursor: Option<String>,
+    #[serde(default, deserialize_with = "parsed")]
+    cursor: Option<Cursor>,
 }
 
 /// `GET /admin/events?status=&provider=&type=&since=&event_id=&limit=&cursor=`:
@@ -37,19 +37,12 @@ pub struct Page {
 pub async fn list(
     State(state): State<AppState>,
     filter: Result<Query<EventFilter>, QueryRejection>,
-    page: Result<Query<Page>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+    paging: Result<Query<Paging>, QueryRejection>,
+) -> Result<Json<Page>, ApiError> {
     let Query(filter) = filter.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let Query(page) = page.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let limit = page.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
-    let before = page.cursor.as_deref().map(decode_cursor).transpose()?;
-    // One row more than the page tells whether there is a next page.
-    let mut events = query::list(&state.pool, &filter, limit + 1, before).await?;
-    let next_cursor = (events.len() > limit as usize).then(|| {
-        events.truncate(limit as usize);
-        events.last().map(|last| encode_cursor(last.id))
-    });
-    Ok(Json(json!({ "events": events, "next_cursor": next_cursor.flatten() })))
+    let Query(wanted) = paging.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let limit = wanted.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
+    Ok(Json(page::page(&state.pool, &filter, limit, wanted.cursor).await?))
 }
 
 /// `GET /admin/events/{id}`: every column and the event's other deliveries.
@@ -93,45 +86,23 @@ pub async fn reprocess_matching(
     headers: HeaderMap,
     body: Result<Json<Bulk>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Json(bulk) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    if bulk.filter.is_empty() {
+    let Json(asked) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    if asked.filter.is_empty() {
         return Err(ApiError::BadRequest(
             "a bulk reprocess needs at least one filter, e.g. {\"status\": \"FAILED\", \"since\": \"1d\"}"
                 .into(),
         ));
     }
-    let limit = bulk.limit.unwrap_or(BULK).clamp(1, MAX_BULK);
-    let mut targets = query::reprocessable(&state.pool, &bulk.filter, Some(limit + 1)).await?;
-    let more = targets.len() > limit as usize;
-    targets.truncate(limit as usize);
-    if bulk.dry_run {
-        return Ok(Json(json!({ "dry_run": true, "events": targets, "more": more })));
+    let limit = asked.limit.unwrap_or(BULK).clamp(1, MAX_BULK);
+    let plan = bulk::plan(&state.pool, &asked.filter, limit).await?;
+    if asked.dry_run {
+        return Ok(Json(json!({ "dry_run": true, "events": plan.events, "more": plan.more })));
     }
-    let mut summary = Summary::default();
-    let mut results = Vec::with_capacity(targets.len());
-    for target in &targets {
-        let reprocessed =
-            reprocess::reprocess(&state.pool, &*state.handlers, target.id, request_id(&headers)).await?;
-        summary.add(&reprocessed);
-        results.push(reprocessed);
-    }
-    Ok(Json(json!({ "dry_run": false, "results": results, "summary": summary, "more": more })))
+    let ran =
+        bulk::run(&state.pool, &*state.handlers, &plan, request_id(&headers), |_| async { Ok(()) }).await?;
+    Ok(Json(json!({ "dry_run": false, "results": ran.results, "summary": ran.summary, "more": plan.more })))
 }
 
 fn archive_id(id: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
     id.map(|Path(id)| id).map_err(|_| ApiError::BadRequest("the archive id must be an integer".into()))
-}
-
-/// An opaque cursor: clients pass back what they were given.
-fn encode_cursor(last_id: i64) -> String {
-    URL_SAFE_NO_PAD.encode(format!("before:{last_id}"))
-}
-
-fn decode_cursor(cursor: &str) -> Result<i64, ApiError> {
-    URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .and_then(|text| text.strip_prefix("before:")?.parse().ok())
-        .ok_or_else(|| ApiError::BadRequest("invalid cursor".into()))
 }

@@ -118,7 +118,12 @@ impl TestApp {
 
     /// A second instance (own pool, own state) on the same database: a replica.
     pub async fn replica(&self) -> (AppState, Router) {
-        let state = state_for(&self.db, &TestConfig::default()).await;
+        self.replica_with(TestConfig::default()).await
+    }
+
+    /// A replica configured by `config`.
+    pub async fn replica_with(&self, config: TestConfig) -> (AppState, Router) {
+        let state = state_for(&self.db, &config).await;
         (state.clone(), app(state))
     }
 
@@ -296,4 +301,10 @@ async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
         state = state.with_metrics_token(token(metrics));
     }
     state
+}
+
+/// `GET path` on `router` with `cookie`: the status (a replica's pages).
+pub async fn status_of(router: &Router, path: &str, cookie: &str) -> StatusCode {
+    let request = Request::get(path).header("cookie", cookie).body(Body::empty()).unwrap();
+    router.clone().oneshot(request).await.unwrap().status()
 }

@@ -2,7 +2,9 @@
 //! signed requests.
 
 pub mod app;
+pub mod browser;
 pub mod cli;
+pub mod console;
 pub mod database;
 pub mod events;
 pub mod outbox;

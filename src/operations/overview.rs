@@ -1,0 +1,141 @@
+//! The state of the intake at a glance: per provider, what arrived in the
+//! last hour and day and when the last delivery came; the failures still
+//! waiting for someone; deliveries per minute over the day; the outbox.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use tracing::instrument;
+
+/// The window of the per-minute series and of the day's counts.
+pub const MINUTES: usize = 24 * 60;
+
+/// Archive rows by outcome (`processing_status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// First deliveries of their event: applied.
+    pub processed: i64,
+    /// Later deliveries of an applied event: answered idempotently.
+    pub skipped: i64,
+    /// The handler failed: nothing applied.
+    pub failed: i64,
+}
+
+impl Counts {
+    fn add(&mut self, status: &str, count: i64) {
+        match status {
+            "PROCESSED" => self.processed += count,
+            "SKIPPED" => self.skipped += count,
+            "FAILED" => self.failed += count,
+            _ => {}
+        }
+    }
+}
+
+/// One provider's deliveries.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderActivity {
+    /// The provider's name.
+    pub provider: String,
+    /// Archived in the last hour.
+    pub last_hour: Counts,
+    /// Archived in the last 24 hours.
+    pub last_day: Counts,
+    /// When its last delivery (not an operator's reprocess) was archived:
+    /// only verified deliveries are. `None`: none is in the archive.
+    pub last_delivery_at: Option<DateTime<Utc>>,
+}
+
+/// Everything the overview shows from the database.
+#[derive(Debug, Clone, Serialize)]
+pub struct Overview {
+    /// The database's clock when it was read.
+    pub now: DateTime<Utc>,
+    /// One entry per provider asked for, in that order.
+    pub providers: Vec<ProviderActivity>,
+    /// Events with a FAILED row and no dedup row: failed and not applied since.
+    pub unapplied_failed: i64,
+    /// When the oldest of their FAILED rows was archived.
+    pub oldest_unapplied_failed_at: Option<DateTime<Utc>>,
+    /// Every provider's rows per minute, oldest minute first: [`MINUTES`] entries,
+    /// the last one the minute in progress.
+    pub per_minute: Vec<Counts>,
+    /// Emails waiting to be sent or retried.
+    pub outbox_pending: i64,
+    /// Emails given up.
+    pub outbox_dead: i64,
+}
+
+/// Reads the overview of `providers`.
+///
+/// Each part reads an index only: the day's rows of each provider through
+/// `ix_webhook_events_provider_created_at` (which carries the status), its
+/// last delivery from the end of the same index, the FAILED rows through
+/// their partial index, the outbox through its partial indexes.
+#[instrument(skip_all)]
+pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overview> {
+    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(pool).await?;
+    let mut activity: Vec<ProviderActivity> = providers
+        .iter()
+        .map(|provider| ProviderActivity {
+            provider: provider.clone(),
+            last_hour: Counts::default(),
+            last_day: Counts::default(),
+            last_delivery_at: None,
+        })
+        .collect();
+    let mut per_minute = vec![Counts::default(); MINUTES];
+
+    let day: Vec<(String, String, i32, i64)> = sqlx::query_as(
+        "SELECT provider, processing_status,
+                floor(extract(epoch FROM $2 - created_at) / 60)::int AS minutes_ago, count(*)
+         FROM webhook_events
+         WHERE provider = ANY($1) AND created_at > $2 - interval '1 day' AND created_at <= $2
+         GROUP BY 1, 2, 3",
+    )
+    .bind(providers)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    for (provider, status, minutes_ago, count) in day {
+        let Some(entry) = activity.iter_mut().find(|a| a.provider == provider) else { continue };
+        let minutes_ago = (minutes_ago.max(0) as usize).min(MINUTES - 1);
+        entry.last_day.add(&status, count);
+        if minutes_ago < 60 {
+            entry.last_hour.add(&status, count);
+        }
+        per_minute[MINUTES - 1 - minutes_ago].add(&status, count);
+    }
+
+    for entry in &mut activity {
+        entry.last_delivery_at = sqlx::query_scalar(
+            "SELECT created_at FROM webhook_events
+             WHERE provider = $1 AND reprocess_of IS NULL ORDER BY created_at DESC LIMIT 1",
+        )
+        .bind(&entry.provider)
+        .fetch_optional(pool)
+        .await?;
+    }
+
+    let (unapplied_failed, oldest_unapplied_failed_at, outbox_pending, outbox_dead) = sqlx::query_as(
+        "SELECT count(DISTINCT (w.provider, w.event_id)), min(w.created_at),
+                (SELECT count(*) FROM outbox WHERE status = 'pending'),
+                (SELECT count(*) FROM outbox WHERE status = 'dead')
+         FROM webhook_events w
+         WHERE w.processing_status = 'FAILED'
+           AND NOT EXISTS (SELECT FROM processed_webhook_events p
+                           WHERE p.provider = w.provider AND p.event_id = w.event_id)",
+    )
+    .fetch_one(pool)
+    .await?;
+
+    Ok(Overview {
+        now,
+        providers: activity,
+        unapplied_failed,
+        oldest_unapplied_failed_at,
+        per_minute,
+        outbox_pending,
+        outbox_dead,
+    })
+}
