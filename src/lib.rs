@@ -1,32 +1,34 @@
 //! webhook-inbox: verified, archived, exactly-once webhook intake.
 //!
-//! A delivery's path: `http` reads the request and has `providers` verify
-//! it and read its `event`; `inbox` records it and applies its `handlers`
-//! in one transaction, on the workers that hold the `db` connections;
-//! `outbox` sends what must leave the database. `operations`, `cli` and
-//! `monitoring` are for the people who run it.
+//! A delivery's path (DESIGN.md tells it step by step): `http` reads the
+//! request; `providers` verify it and read its `event` out of the checked
+//! payload; `inbox` routes it by whether its event has `effects`, and its
+//! workers record it (and apply the effects) in one transaction on the `db`
+//! connections they keep; `outbox` sends what must leave the database.
+//! `operations`, `cli` and `monitoring` are for the people who run it;
+//! `cli/serve.rs` builds the service from `config`.
 
-/// The subcommands.
+/// The subcommands; `serve` is the composition root.
 pub mod cli;
-/// Flags and environment variables.
+/// Flags and environment variables, parsed and checked.
 pub mod config;
 /// Migrations, the pool, and the embedded PostgreSQL.
 pub mod db;
-/// The provider-neutral event.
+/// The domain: what each event type changes, in the delivery's transaction.
+pub mod effects;
+/// The provider-neutral event, and the payload it is read from.
 pub mod event;
-/// The side effects of each event type.
-pub mod handlers;
 /// The HTTP routes and the server.
 pub mod http;
-/// The core: one transaction per delivery (archive, dedup, handler), run by delivery workers.
+/// The core: one transaction per delivery (archive, dedup, effects), run by delivery workers.
 pub mod inbox;
 /// Prometheus metrics.
 pub mod monitoring;
 /// What operators do with the archive: list, show, reprocess, purge.
 pub mod operations;
-/// Effects that leave the database: emails enqueued by handlers, sent by a worker.
+/// Effects that leave the database: emails enqueued by effects, sent by a worker.
 pub mod outbox;
-/// Signature verification and event extraction, one module per provider.
+/// Signature verification and event formats, one module per provider.
 pub mod providers;
 /// The queue engine every effect that leaves the database is sent by: claims, leases, retries.
 pub mod queue;

@@ -8,7 +8,7 @@ use std::fmt;
 use libfuzzer_sys::fuzz_target;
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
-use webhook_inbox::providers::json::check_unique_keys;
+use webhook_inbox::event::json::check_unique_keys;
 
 /// The number of object entries in a JSON text, repeated keys included.
 struct Written(usize);

@@ -1,12 +1,13 @@
-//! Every built-in provider's event extraction, and a Standard Webhooks
-//! sender's, from a (verified) body and the headers some providers read the
-//! id or type from; and the repeated-key check that runs before it.
+//! Every built-in provider's event format, and the Standard Webhooks one,
+//! reading a (verified) body with the headers some providers read the id or
+//! type from, and reading it back as an archived delivery; and the payload
+//! check (UTF-8, no repeated key) that runs before them.
 #![no_main]
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use webhook_inbox::providers::json::check_unique_keys;
-use webhook_inbox::providers::{BUILT_IN, reader};
+use webhook_inbox::event::Payload;
+use webhook_inbox::providers::{BUILT_IN, format_of};
 
 /// The headers a provider may read an event's id or type from.
 const HEADERS: [&str; 4] = ["svix-id", "webhook-id", "x-github-delivery", "x-github-event"];
@@ -19,11 +20,10 @@ fuzz_target!(|input: ([Vec<u8>; 4], &[u8])| {
             headers.insert(HeaderName::from_static(name), value);
         }
     }
-    if let Ok(text) = std::str::from_utf8(body) {
-        let _ = check_unique_keys(text);
-    }
+    let Ok(payload) = Payload::from_body(body.to_vec().into()) else { return };
     let names = BUILT_IN.iter().map(|spec| spec.name).chain(["some-standard-sender"]);
-    for provider in names.filter_map(reader) {
-        let _ = provider.parse_event(&headers, body);
+    for format in names.map(format_of) {
+        let _ = format.read_request(&headers, &payload);
+        let _ = format.read_stored("evt_1", "some.type", &payload);
     }
 });

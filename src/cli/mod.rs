@@ -13,8 +13,9 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 use tracing::Instrument;
 
-use crate::config::{DatabaseConfig, LogFormat, ServeConfig};
+use crate::config::{DatabaseConfig, EffectsConfig, LogFormat, ServeConfig};
 use crate::db::Database;
+use crate::inbox::Effects;
 
 /// Verified, archived, exactly-once webhook intake for Paddle, Clerk and more.
 #[derive(Debug, Parser)]
@@ -77,4 +78,14 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
     }
     .instrument(span)
     .await
+}
+
+/// The effects, configured: what `serve` applies and `events reprocess`
+/// applies again. Warns when no price grants credits: an event applied then
+/// (reprocessed ones too) is never credited later.
+fn effects(config: &EffectsConfig) -> Effects {
+    if config.paddle_price_credits.is_empty() {
+        tracing::warn!("PADDLE_PRICE_CREDITS is empty: Paddle events applied now grant no credits");
+    }
+    crate::effects::all(config.paddle_price_credits.clone())
 }

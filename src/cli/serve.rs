@@ -1,5 +1,6 @@
-//! `webhook-inbox serve`: database, migrations, providers, then HTTP until a
-//! shutdown signal.
+//! `webhook-inbox serve`: the composition root. Builds the service from its
+//! configuration (providers, effects, the outbox's mailer, retention, the
+//! database, migrations), then serves HTTP until a shutdown signal.
 
 use std::time::Duration;
 
@@ -10,13 +11,13 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{DatabaseConfig, OutboxConfig, ServeConfig};
+use crate::config::{DatabaseConfig, OutboxConfig, RetentionConfig, ServeConfig};
 use crate::db::{self, Database};
 use crate::http::{self, AppState, BearerToken, Limits};
-use crate::operations::retention;
+use crate::operations::{Age, RetentionPolicy, retention};
 use crate::outbox::{Emails, Mailer, Templates};
 use crate::providers::Registry;
-use crate::queue::Engine;
+use crate::queue::{Engine, Schedule};
 
 /// How often retention purges the archive.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
@@ -24,8 +25,9 @@ const RETENTION_EVERY: Duration = Duration::from_secs(3600);
 /// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
 pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Result<()> {
     let providers = Registry::configure(&config.providers, config.signature_tolerance_secs)?;
+    let effects = super::effects(&config.effects);
     let mailer = mailer(&config.outbox)?;
-    let retention = config.retention.policy()?;
+    let retention = retention_policy(&config.retention)?;
     let admin_token = token(config.admin_token.as_ref(), "ADMIN_TOKEN")?;
     let metrics_token = token(config.metrics_token.as_ref(), "METRICS_TOKEN")?;
     let listener = TcpListener::bind(config.listen_addr)
@@ -44,13 +46,13 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     let mut engine =
         Engine::new(db.pool.clone(), Duration::from_millis(config.outbox.outbox_poll_interval_ms));
     if let Some(mailer) = mailer {
-        engine.spawn(Emails::new(mailer, config.outbox.schedule()));
+        engine.spawn(Emails::new(mailer, schedule(&config.outbox)));
     }
 
     let mut state = AppState::new(
         db.pool.clone(),
         providers,
-        config.handlers.handlers(),
+        effects,
         Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
     );
     if let Some(token) = admin_token {
@@ -114,6 +116,24 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         anyhow::bail!("shutdown grace period expired with work in flight");
     }
     Ok(())
+}
+
+/// Retention's policy, or `None` when it is off.
+fn retention_policy(config: &RetentionConfig) -> anyhow::Result<Option<RetentionPolicy>> {
+    if config.archive_retention_days == 0 {
+        return Ok(None);
+    }
+    let failed = Age::days(config.failed_retention_days);
+    Ok(Some(RetentionPolicy::new(Age::days(config.archive_retention_days), Some(failed))?))
+}
+
+/// When a failed email is tried again, and when it is given up.
+fn schedule(config: &OutboxConfig) -> Schedule {
+    Schedule::doubling(
+        config.outbox_max_attempts,
+        Duration::from_secs(config.outbox_backoff_base_secs),
+        Duration::from_secs(config.outbox_backoff_cap_secs),
+    )
 }
 
 /// Of the shutdown grace period, the end kept for closing the pool and

@@ -9,7 +9,7 @@ use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::config::DatabaseConfig;
+use crate::config::{DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS, DatabaseConfig};
 use embedded::{EmbeddedError, EmbeddedOptions, EmbeddedPostgres, STOP_TIMEOUT};
 
 /// How long closing waits for connections still in use to come back.
@@ -41,7 +41,7 @@ impl Database {
                 (embedded.connect_options(), Some(embedded))
             }
         };
-        let options = session_options(options, config.session());
+        let options = session_options(options, Session::of(config));
         let pool = pool_options(config).connect_with(options).await.context("connecting to PostgreSQL")?;
         Ok(Database { pool, embedded })
     }
@@ -120,10 +120,23 @@ pub struct Session {
     pub statement_timeout: Duration,
 }
 
+impl Session {
+    /// The settings `config` asks for.
+    pub fn of(config: &DatabaseConfig) -> Self {
+        Session {
+            lock_timeout: Duration::from_millis(config.lock_timeout_ms),
+            statement_timeout: Duration::from_millis(config.statement_timeout_ms),
+        }
+    }
+}
+
 impl Default for Session {
     /// The configuration's defaults.
     fn default() -> Self {
-        Session { lock_timeout: Duration::from_secs(3), statement_timeout: Duration::from_secs(30) }
+        Session {
+            lock_timeout: Duration::from_millis(DEFAULT_LOCK_TIMEOUT_MS),
+            statement_timeout: Duration::from_millis(DEFAULT_STATEMENT_TIMEOUT_MS),
+        }
     }
 }
 

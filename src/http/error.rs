@@ -151,7 +151,7 @@ impl From<ReprocessError> for ApiError {
         match error {
             ReprocessError::NotFound(id) => ApiError::EventNotFound(id),
             ReprocessError::Inbox(error) => ApiError::Inbox(error),
-            unprocessable @ (ReprocessError::UnknownProvider(_) | ReprocessError::Unreadable(_)) => {
+            unprocessable @ ReprocessError::Unreadable(_) => {
                 ApiError::Unprocessable(unprocessable.to_string())
             }
         }

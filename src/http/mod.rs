@@ -45,8 +45,8 @@ pub struct AppState {
     pub pool: PgPool,
     /// The enabled providers.
     pub providers: Arc<Registry>,
-    /// The side effects of events: the domain's `Handlers` in the service.
-    pub handlers: Arc<dyn Effects>,
+    /// Which events have side effects, and which: routes each delivery to its lane.
+    pub effects: Arc<Effects>,
     /// Bounds on request bodies.
     pub limits: Limits,
     /// The workers that run deliveries on their own connections; shutdown
@@ -65,13 +65,13 @@ pub struct AppState {
 
 impl AppState {
     /// State with no deliveries in flight yet.
-    pub fn new(pool: PgPool, providers: Registry, handlers: impl Effects + 'static, limits: Limits) -> Self {
-        let handlers: Arc<dyn Effects> = Arc::new(handlers);
+    pub fn new(pool: PgPool, providers: Registry, effects: Effects, limits: Limits) -> Self {
+        let metrics = Metrics::new(&providers.names());
         AppState {
-            metrics: Metrics::new(&providers.names()),
+            workers: Workers::start(pool.clone(), metrics.batch_fallbacks()),
+            metrics,
             providers: Arc::new(providers),
-            workers: Workers::start(pool.clone(), handlers.clone()),
-            handlers,
+            effects: Arc::new(effects),
             limits,
             pool,
             admin_token: None,

@@ -1,5 +1,5 @@
-//! `POST` a webhook: read the body, verify, parse, then hand the delivery
-//! to the inbox's workers and answer with what they committed.
+//! `POST` a webhook: read the body, verify, read the event, then hand the
+//! delivery to its lane's workers and answer with what they committed.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,9 +15,9 @@ use tracing::Span;
 
 use super::error::ApiError;
 use super::{AppState, request_id};
-use crate::event::{EventError, OwnedEvent};
-use crate::inbox::{Accepted, Outcome, Received};
-use crate::providers::{self, json};
+use crate::event::Payload;
+use crate::inbox::{Delivery, Outcome, Source};
+use crate::providers;
 
 /// `POST /webhooks/{name}`: receives one delivery for the provider called `name`.
 pub async fn receive_named(
@@ -92,26 +92,25 @@ async fn receive_inner(
         metrics.rejected(reason);
     })?;
     metrics.verified();
-    let payload = std::str::from_utf8(&body).map_err(|_| EventError::NotJson)?;
-    json::check_unique_keys(payload)?;
-    let event = OwnedEvent::from(provider.parse_event(&parts.headers, &body)?);
-    let event_id = event.id().to_owned();
-    Span::current().record("event_id", event_id.as_str());
-    let request_id = request_id(&parts.headers).map(str::to_owned);
+    let payload = Payload::from_body(body)?;
+    let event = providers::format_of(provider.name()).read_request(&parts.headers, &payload)?;
+    Span::current().record("event_id", event.id.as_str());
+    let (event_id, occurred_at) = (event.id.clone(), event.occurred_at);
+    let delivery = Delivery {
+        provider: provider.name().to_owned(),
+        event,
+        payload,
+        source: Source::Webhook {
+            signature: verified.signature.to_owned(),
+            secret_index: verified.secret_index,
+        },
+        request_id: request_id(&parts.headers).map(str::to_owned),
+    };
 
     // The rest runs on a delivery worker, to its end even if this request
     // is dropped (the client disconnected): the transaction commits or rolls
     // back as a whole.
-    let received = Received {
-        signature: verified.signature.to_owned(),
-        secret_index: verified.secret_index,
-        provider,
-        event,
-        body,
-        request_id,
-        span: Span::current(),
-    };
-    let Accepted { outcome, occurred_at } = state.workers.deliver(received).await?;
+    let outcome = state.workers.deliver(state.effects.route(delivery)).await?;
     if let Outcome::Processed { .. } = outcome {
         metrics.processed(occurred_at);
     }

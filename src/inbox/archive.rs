@@ -1,11 +1,148 @@
-//! The statements that write the archive and the dedup table.
+//! The statements that write the archive and the dedup table, and the one
+//! place that says which value of a delivery goes in which archive column.
 
-use sqlx::postgres::PgArguments;
+use std::sync::LazyLock;
+
+use sqlx::postgres::{PgArguments, PgHasArrayType};
 use sqlx::query::Query;
-use sqlx::{PgConnection, PgExecutor, Postgres, Row};
+use sqlx::{Encode, PgConnection, PgExecutor, Postgres, Row, Type};
 use tracing::instrument;
 
 use super::Delivery;
+
+/// A delivery's archive columns, in order: name, SQL type of the bound
+/// value, and the value. Adding a column to the archive is its migration and
+/// a line here; the three statements below and their bindings follow.
+fn columns<'d, C: Columns<'d>>(columns: C) -> C {
+    columns
+        .column("provider", "text", |d| d.provider.as_str())
+        .column("event_id", "text", |d| d.event.id.as_str())
+        .column("event_type", "text", |d| d.event.event_type.as_str())
+        // Bound as text and cast: PostgreSQL parses (and checks) the jsonb.
+        .column("payload", "text", |d| d.payload.as_str())
+        .column("signature", "text", |d| d.source.signature())
+        .column("secret_index", "int2", |d| d.source.secret_index().map(|i| i as i16))
+        .column("notification_id", "text", |d| d.event.notification_id.as_deref())
+        .column("request_id", "text", |d| d.request_id.as_deref())
+        .column("occurred_at", "timestamptz", |d| d.event.occurred_at)
+        .column("reprocess_of", "int8", |d| d.source.reprocess_of())
+}
+
+/// Archive columns whose stored type is not the bound value's.
+const CAST: [(&str, &str); 1] = [("payload", "jsonb")];
+
+/// What [`columns`] feeds: a statement's text, or its bound values.
+trait Columns<'d>: Sized {
+    fn column<T>(self, name: &'static str, sql_type: &'static str, value: fn(&'d Delivery) -> T) -> Self
+    where
+        T: Encode<'d, Postgres> + Type<Postgres> + PgHasArrayType + 'd;
+}
+
+/// Collects the column names and types, to write the statements.
+#[derive(Default)]
+struct Names(Vec<(&'static str, &'static str)>);
+
+impl<'d> Columns<'d> for Names {
+    fn column<T>(mut self, name: &'static str, sql_type: &'static str, _: fn(&'d Delivery) -> T) -> Self
+    where
+        T: Encode<'d, Postgres> + Type<Postgres> + PgHasArrayType + 'd,
+    {
+        self.0.push((name, sql_type));
+        self
+    }
+}
+
+/// Binds one delivery's values, as `$1`, `$2`, ... in column order.
+struct One<'d, 'q>(Query<'q, Postgres, PgArguments>, &'d Delivery);
+
+impl<'d> Columns<'d> for One<'d, '_> {
+    fn column<T>(self, _: &'static str, _: &'static str, value: fn(&'d Delivery) -> T) -> Self
+    where
+        T: Encode<'d, Postgres> + Type<Postgres> + PgHasArrayType + 'd,
+    {
+        One(self.0.bind(value(self.1)), self.1)
+    }
+}
+
+/// Binds several deliveries' values, one array per column, for `unnest`.
+struct Many<'d, 'q>(Query<'q, Postgres, PgArguments>, &'d [&'d Delivery]);
+
+impl<'d> Columns<'d> for Many<'d, '_> {
+    fn column<T>(self, _: &'static str, _: &'static str, value: fn(&'d Delivery) -> T) -> Self
+    where
+        T: Encode<'d, Postgres> + Type<Postgres> + PgHasArrayType + 'd,
+    {
+        let values: Vec<T> = self.1.iter().map(|d| value(d)).collect();
+        Many(self.0.bind(values), self.1)
+    }
+}
+
+/// The statements, written once from [`columns`].
+struct Statements {
+    record: String,
+    record_many: String,
+    record_failure: String,
+}
+
+static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
+    let Names(columns) = columns(Names::default());
+    let cast = |name: &str| CAST.iter().find(|(cast, _)| *cast == name).map(|(_, to)| format!("::{to}"));
+    let names = columns.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ");
+    // $1::jsonb, $2, ...: one delivery's values.
+    let values = (columns.iter().enumerate())
+        .map(|(i, (name, _))| format!("${}{}", i + 1, cast(name).unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // $1::text[], ...: the arrays of several deliveries' values, and the
+    // columns of the rows unnest makes of them.
+    let arrays = (columns.iter().enumerate())
+        .map(|(i, (_, sql_type))| format!("${}::{sql_type}[]", i + 1))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let input = columns
+        .iter()
+        .map(|(name, _)| format!("i.{name}{}", cast(name).unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let error = columns.len() + 1;
+    Statements {
+        record: format!(
+            "WITH dedup AS (
+                 INSERT INTO processed_webhook_events (provider, event_id, event_type)
+                 VALUES ($1, $2, $3)
+                 ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
+                 RETURNING id
+             )
+             INSERT INTO webhook_events ({names}, processing_status, processed_at)
+             SELECT {values},
+                    CASE WHEN EXISTS (SELECT FROM dedup) THEN 'PROCESSED' ELSE 'SKIPPED' END,
+                    now()
+             RETURNING id, processing_status = 'PROCESSED'"
+        ),
+        record_many: format!(
+            "WITH input AS (
+                 SELECT * FROM unnest({arrays}) AS t({names})
+             ),
+             dedup AS (
+                 INSERT INTO processed_webhook_events (provider, event_id, event_type)
+                 SELECT provider, event_id, event_type FROM input ORDER BY provider, event_id
+                 ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
+                 RETURNING provider, event_id
+             )
+             INSERT INTO webhook_events ({names}, processing_status, processed_at)
+             SELECT {input},
+                    CASE WHEN d.event_id IS NULL THEN 'SKIPPED' ELSE 'PROCESSED' END,
+                    now()
+             FROM input i LEFT JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id
+             RETURNING id, provider, event_id, processing_status = 'PROCESSED'"
+        ),
+        record_failure: format!(
+            "INSERT INTO webhook_events ({names}, processing_status, error_message)
+             VALUES ({values}, 'FAILED', ${error})
+             RETURNING id"
+        ),
+    }
+});
 
 /// Inserts the dedup row and the archive row in one statement, and says
 /// whether this delivery is the event's first (`true`) or a duplicate.
@@ -17,30 +154,17 @@ use super::Delivery;
 /// row gets its final status in the same statement; since it commits with
 /// the transaction, no reader ever sees it before the outcome is known.
 #[instrument(skip_all)]
-pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery<'_>) -> sqlx::Result<(i64, bool)> {
-    let query = sqlx::query(
-        "WITH dedup AS (
-             INSERT INTO processed_webhook_events (provider, event_id, event_type)
-             VALUES ($1, $2, $3)
-             ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
-             RETURNING id
-         )
-         INSERT INTO webhook_events
-             (provider, event_id, event_type, payload, signature, secret_index,
-              notification_id, request_id, occurred_at, reprocess_of, processing_status, processed_at)
-         SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10,
-                CASE WHEN EXISTS (SELECT FROM dedup) THEN 'PROCESSED' ELSE 'SKIPPED' END,
-                now()
-         RETURNING id, processing_status = 'PROCESSED'",
-    );
-    let row = bind_delivery(query, delivery).fetch_one(executor).await?;
+pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery) -> sqlx::Result<(i64, bool)> {
+    let query = sqlx::query(STATEMENTS.record.as_str());
+    let One(query, _) = columns(One(query, delivery));
+    let row = query.fetch_one(executor).await?;
     Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
-/// Records several deliveries of events without side effects as
-/// [`record`] does each, in one statement: one round trip and one commit for
-/// all of them. Says, in input order, whether each was its event's first.
-/// No two deliveries may share a `(provider, event_id)`.
+/// Records several deliveries as [`record`] does each, in one statement:
+/// one round trip and one commit for all of them. Says, in input order,
+/// whether each was its event's first. No two deliveries may share a
+/// `(provider, event_id)`.
 ///
 /// Why the dedup rows go in key order: two batches holding some of the same
 /// events then always take their row locks in the same order, so they wait
@@ -48,88 +172,53 @@ pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery<'_>) 
 #[instrument(skip_all, fields(deliveries = deliveries.len()))]
 pub async fn record_many(
     conn: &mut PgConnection,
-    deliveries: &[&Delivery<'_>],
+    deliveries: &[&Delivery],
 ) -> sqlx::Result<Vec<(i64, bool)>> {
-    let rows: Vec<(i64, String, String, bool)> = sqlx::query_as(
-        "WITH input AS (
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int2[],
-                                  $7::text[], $8::text[], $9::timestamptz[], $10::int8[])
-                 AS t(provider, event_id, event_type, payload, signature, secret_index,
-                      notification_id, request_id, occurred_at, reprocess_of)
-         ),
-         dedup AS (
-             INSERT INTO processed_webhook_events (provider, event_id, event_type)
-             SELECT provider, event_id, event_type FROM input ORDER BY provider, event_id
-             ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
-             RETURNING provider, event_id
-         )
-         INSERT INTO webhook_events
-             (provider, event_id, event_type, payload, signature, secret_index,
-              notification_id, request_id, occurred_at, reprocess_of, processing_status, processed_at)
-         SELECT i.provider, i.event_id, i.event_type, i.payload::jsonb, i.signature, i.secret_index,
-                i.notification_id, i.request_id, i.occurred_at, i.reprocess_of,
-                CASE WHEN d.event_id IS NULL THEN 'SKIPPED' ELSE 'PROCESSED' END,
-                now()
-         FROM input i LEFT JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id
-         RETURNING id, provider, event_id, processing_status = 'PROCESSED'",
-    )
-    .bind(deliveries.iter().map(|d| d.provider).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.event.id.as_ref()).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.event.event_type.as_ref()).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.payload).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.signature).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.secret_index.map(|i| i as i16)).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.event.notification_id.as_deref()).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.request_id).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.event.occurred_at).collect::<Vec<_>>())
-    .bind(deliveries.iter().map(|d| d.reprocess_of).collect::<Vec<_>>())
-    .fetch_all(conn)
-    .await?;
+    let query = sqlx::query(STATEMENTS.record_many.as_str());
+    let Many(query, _) = columns(Many(query, deliveries));
+    let rows = query.fetch_all(conn).await?;
     // RETURNING has no order: match the rows back by their (unique) key.
     deliveries
         .iter()
         .map(|d| {
-            rows.iter()
-                .find(|(_, provider, event_id, _)| provider == d.provider && *event_id == d.event.id)
-                .map(|(id, _, _, first)| (*id, *first))
-                .ok_or_else(|| sqlx::Error::Protocol("a batched delivery was not recorded".into()))
+            for row in &rows {
+                if row.try_get::<&str, _>(1)? == d.provider && row.try_get::<&str, _>(2)? == d.event.id {
+                    return Ok((row.try_get(0)?, row.try_get(3)?));
+                }
+            }
+            Err(sqlx::Error::Protocol("a batched delivery was not recorded".into()))
         })
         .collect()
 }
 
-/// Archives a delivery whose handler failed, with the error, after the
-/// savepoint rollback removed its dedup row and effects.
+/// Archives a delivery whose effect failed, with the error, after the
+/// savepoint rollback removed its dedup row and writes.
 #[instrument(skip_all)]
 pub async fn record_failure<'e>(
     executor: impl PgExecutor<'e>,
-    delivery: &Delivery<'_>,
+    delivery: &Delivery,
     error: &str,
 ) -> sqlx::Result<i64> {
-    let query = sqlx::query(
-        "INSERT INTO webhook_events
-             (provider, event_id, event_type, payload, signature, secret_index,
-              notification_id, request_id, occurred_at, reprocess_of, processing_status, error_message)
-         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, 'FAILED', $11)
-         RETURNING id",
-    );
-    bind_delivery(query, delivery).bind(error).fetch_one(executor).await?.try_get(0)
+    let query = sqlx::query(STATEMENTS.record_failure.as_str());
+    let One(query, _) = columns(One(query, delivery));
+    query.bind(error).fetch_one(executor).await?.try_get(0)
 }
 
-/// Binds what the archive records of a delivery, as `$1` to `$10` in the
-/// order of the archive's columns.
-fn bind_delivery<'q>(
-    query: Query<'q, Postgres, PgArguments>,
-    delivery: &'q Delivery<'_>,
-) -> Query<'q, Postgres, PgArguments> {
-    query
-        .bind(delivery.provider)
-        .bind(delivery.event.id.as_ref())
-        .bind(delivery.event.event_type.as_ref())
-        .bind(delivery.payload)
-        .bind(delivery.signature)
-        .bind(delivery.secret_index.map(|i| i as i16))
-        .bind(delivery.event.notification_id.as_deref())
-        .bind(delivery.request_id)
-        .bind(delivery.event.occurred_at)
-        .bind(delivery.reprocess_of)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_names_every_column_once_with_a_parameter_for_each() {
+        let Names(columns) = columns(Names::default());
+        for statement in [&STATEMENTS.record, &STATEMENTS.record_many, &STATEMENTS.record_failure] {
+            for (name, _) in &columns {
+                assert!(statement.contains(&format!("{name}, ")), "{name} in {statement}");
+            }
+            assert!(statement.contains(&format!("${}", columns.len())), "{statement}");
+            assert!(!statement.contains(&format!("${}", columns.len() + 2)), "{statement}");
+        }
+        assert!(STATEMENTS.record.contains("$4::jsonb"), "{}", STATEMENTS.record);
+        assert!(STATEMENTS.record_many.contains("i.payload::jsonb"), "{}", STATEMENTS.record_many);
+    }
 }

@@ -1,50 +1,162 @@
-//! What the inbox applies for an event: the domain's handlers in the service,
-//! anything else a test needs to prove the inbox's guarantees with.
+//! Which events have side effects, decided once per delivery: the answer
+//! picks the delivery's lane, and each lane's type says which it is.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use sqlx::PgConnection;
 
+use super::Delivery;
 use crate::event::Event;
-use crate::handlers::{Handler, HandlerError, Handlers};
 
-/// The side effects of events, as the inbox sees them: which events have
-/// some, and how to apply them on the delivery's transaction.
-///
-/// Why a trait: the inbox's promises (effects commit if and only if the dedup
-/// row does; a failing or panicking handler leaves a FAILED row and nothing
-/// else) hold whatever the effects are. A test proves them with effects the
-/// domain must never have, such as a handler that panics.
-pub trait Effects: Send + Sync {
-    /// Whether events of `event_type` from `provider` have side effects.
-    fn handles(&self, provider: &str, event_type: &str) -> bool;
-
-    /// Applies the side effects of `event` from `provider` on `conn`, which
-    /// is inside the delivery's transaction. Called only for handled events.
-    fn run<'a>(
-        &'a self,
-        provider: &'a str,
-        conn: &'a mut PgConnection,
-        event: &'a Event<'a>,
-    ) -> BoxFuture<'a, Result<(), HandlerError>>;
+/// The side effects of one kind of event: writes made on the delivery's
+/// transaction, after its dedup row, so they commit if and only if the
+/// event is recorded as processed. The domain (the `effects` module)
+/// implements it, each effect an `async fn apply`; the inbox only runs it.
+pub trait Effect: Send + Sync + 'static {
+    /// Applies the effect of `event` on `conn`, inside the delivery's transaction.
+    fn apply(
+        &self,
+        conn: &mut PgConnection,
+        event: &Event,
+    ) -> impl Future<Output = Result<(), EffectError>> + Send;
 }
 
-/// The service's effects: the handler of each event type.
-impl Effects for Handlers {
-    fn handles(&self, provider: &str, event_type: &str) -> bool {
-        Handler::for_event(provider, event_type).is_some()
+/// An [`Effect`] behind a pointer, as the routing table holds it.
+trait Boxed: Send + Sync {
+    fn apply_boxed<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        event: &'a Event,
+    ) -> BoxFuture<'a, Result<(), EffectError>>;
+}
+
+impl<E: Effect> Boxed for E {
+    fn apply_boxed<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        event: &'a Event,
+    ) -> BoxFuture<'a, Result<(), EffectError>> {
+        Box::pin(self.apply(conn, event))
+    }
+}
+
+/// Why an effect could not be applied: unless the database was only busy
+/// or gone, the delivery is archived FAILED and answered 500, so the
+/// provider retries it later.
+#[derive(Debug, thiserror::Error)]
+pub enum EffectError {
+    /// The event lacks something the effect needs, or the configuration
+    /// does not say how to apply it.
+    #[error("{0}")]
+    Invalid(String),
+    /// A statement of the effect failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The effect panicked; the process keeps serving.
+    #[error("handler panicked: {0}")]
+    Panicked(String),
+}
+
+/// Every event type that has side effects, by provider, and its effect.
+/// Events of any other type are only recorded.
+#[derive(Clone, Default)]
+pub struct Effects(HashMap<String, HashMap<String, Arc<dyn Boxed>>>);
+
+impl Effects {
+    /// Gives events of `event_type` from `provider` the effect `effect`.
+    pub fn on(self, provider: &str, event_type: &str, effect: impl Effect) -> Self {
+        self.on_each(provider, &[event_type], effect)
     }
 
-    fn run<'a>(
+    /// Gives events of each of `event_types` from `provider` the same `effect`.
+    pub fn on_each(mut self, provider: &str, event_types: &[&str], effect: impl Effect) -> Self {
+        let effect: Arc<dyn Boxed> = Arc::new(effect);
+        let types = self.0.entry(provider.to_string()).or_default();
+        for event_type in event_types {
+            types.insert(event_type.to_string(), effect.clone());
+        }
+        self
+    }
+
+    /// Decides the delivery's lane: the one place that asks whether its
+    /// event has side effects.
+    pub fn route(&self, delivery: Delivery) -> Routed {
+        match self.0.get(&delivery.provider).and_then(|types| types.get(&delivery.event.event_type)) {
+            Some(effect) => Routed::Apply(ToApply { effect: effect.clone(), delivery }),
+            None => Routed::Record(ToRecord(delivery)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Effects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let types: Vec<(&str, &str)> = self
+            .0
+            .iter()
+            .flat_map(|(provider, types)| types.keys().map(move |t| (provider.as_str(), t.as_str())))
+            .collect();
+        f.debug_tuple("Effects").field(&types).finish()
+    }
+}
+
+/// A delivery whose lane is decided.
+#[derive(Debug)]
+pub enum Routed {
+    /// Its event has no side effects: it is only recorded, possibly
+    /// together with others in one statement.
+    Record(ToRecord),
+    /// Its event has side effects: recorded and applied in a transaction.
+    Apply(ToApply),
+}
+
+impl Routed {
+    /// The delivery, whatever its lane.
+    pub fn delivery(&self) -> &Delivery {
+        match self {
+            Routed::Record(ToRecord(delivery)) | Routed::Apply(ToApply { delivery, .. }) => delivery,
+        }
+    }
+}
+
+/// A delivery whose event has no side effects. Only [`Effects::route`]
+/// makes one, so the recording lane, which applies nothing, cannot be
+/// handed an event that has effects.
+#[derive(Debug)]
+pub struct ToRecord(Delivery);
+
+impl ToRecord {
+    /// The delivery.
+    pub fn delivery(&self) -> &Delivery {
+        &self.0
+    }
+}
+
+/// A delivery whose event has side effects, with them.
+pub struct ToApply {
+    delivery: Delivery,
+    effect: Arc<dyn Boxed>,
+}
+
+impl ToApply {
+    /// The delivery.
+    pub fn delivery(&self) -> &Delivery {
+        &self.delivery
+    }
+
+    /// Applies its event's effect on `conn`, inside the delivery's transaction.
+    pub(super) fn apply_effect<'a>(
         &'a self,
-        provider: &'a str,
         conn: &'a mut PgConnection,
-        event: &'a Event<'a>,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            match Handler::for_event(provider, &event.event_type) {
-                Some(handler) => self.apply(handler, conn, event).await,
-                None => Ok(()),
-            }
-        })
+    ) -> BoxFuture<'a, Result<(), EffectError>> {
+        self.effect.apply_boxed(conn, &self.delivery.event)
+    }
+}
+
+impl std::fmt::Debug for ToApply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToApply").field("delivery", &self.delivery).finish_non_exhaustive()
     }
 }

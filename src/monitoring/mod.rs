@@ -22,6 +22,9 @@ pub use deliveries::ProviderMetrics;
 /// nobody scrapes (scrapes do it too), so memory stays bounded.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
+/// Batches recorded one delivery at a time after failing together.
+const BATCH_FALLBACKS: &str = "webhook_batch_fallbacks_total";
+
 /// Seconds from a request's start to its answer: a healthy delivery is a
 /// few milliseconds; seconds mean waiting on a lock or the pool.
 const DURATION_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
@@ -78,6 +81,15 @@ impl Metrics {
         })
     }
 
+    /// The counter of batches of deliveries that failed together and were
+    /// recorded one at a time: a regression that keeps batching from
+    /// working shows here.
+    pub fn batch_fallbacks(&self) -> metrics::Counter {
+        const METADATA: metrics::Metadata<'static> =
+            metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+        self.recorder.register_counter(&metrics::Key::from_static_name(BATCH_FALLBACKS), &METADATA)
+    }
+
     /// The Prometheus text exposition, with the gauges brought up to date.
     pub async fn render(&self, pool: &PgPool) -> String {
         let now = Utc::now();
@@ -123,6 +135,11 @@ fn describe(recorder: &PrometheusRecorder) {
         SILENCE,
         Some(Unit::Seconds),
         "Seconds since this process last verified a delivery of the provider (or started).",
+    );
+    describe(
+        BATCH_FALLBACKS,
+        None,
+        "Batches of deliveries without side effects that failed together and were recorded one at a time.",
     );
     describe(FAILED_24H, None, "FAILED deliveries archived in the last 24 hours.");
     describe(

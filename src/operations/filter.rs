@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer};
 use sqlx::{Postgres, QueryBuilder};
 
 use super::age::Since;
+use crate::providers;
 
 /// A `processing_status` (DESIGN.md "Two tables, one job each").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,14 +52,15 @@ impl FromStr for Status {
 /// Conditions on archive rows; every one given must hold. Command-line
 /// flags for the CLI, query parameters or JSON fields for the admin API.
 #[derive(Debug, Clone, Default, Args, Deserialize)]
+#[command(next_help_heading = "Filters")]
 pub struct EventFilter {
     /// Only rows with this processing status: PROCESSED, SKIPPED, FAILED.
     #[arg(long)]
     #[serde(default, deserialize_with = "parsed")]
     pub status: Option<Status>,
 
-    /// Only deliveries from this provider (paddle, clerk).
-    #[arg(long)]
+    /// Only deliveries from this provider.
+    #[arg(long, help = provider_help())]
     pub provider: Option<String>,
 
     /// Only events of this type (e.g. subscription.created).
@@ -79,6 +81,12 @@ pub struct EventFilter {
     /// Only deliveries of this event id.
     #[arg(long)]
     pub event_id: Option<String>,
+}
+
+/// `--provider`'s help, naming every built-in provider.
+fn provider_help() -> String {
+    let names: Vec<&str> = providers::BUILT_IN.iter().map(|spec| spec.name).collect();
+    format!("Only deliveries from this provider: {}, or a Standard Webhooks sender's name", names.join(", "))
 }
 
 impl EventFilter {

@@ -1,13 +1,13 @@
-//! Reprocessing: a stored delivery run again through the same transaction as
-//! a live one (`inbox::deliver`), archived as a new row pointing at the one
-//! it reran.
+//! Reprocessing: a stored delivery run again through the same lane as a
+//! live one (`inbox::deliver`), archived as a new row pointing at the one it
+//! reran.
 
 use serde::Serialize;
 use sqlx::PgPool;
 use tracing::{Span, instrument};
 
-use crate::event::EventError;
-use crate::inbox::{self, Delivery, Effects, InboxError, Outcome};
+use crate::event::{EventError, Payload};
+use crate::inbox::{self, Delivery, Effects, InboxError, Outcome, Source};
 use crate::providers;
 
 /// Why a row could not be reprocessed; nothing was written.
@@ -16,9 +16,6 @@ pub enum ReprocessError {
     /// No archive row has this id (never, or purged since).
     #[error("archived event {0} not found")]
     NotFound(i64),
-    /// The row's provider is not one this build knows.
-    #[error("provider {0} is not known to this build")]
-    UnknownProvider(String),
     /// The stored payload no longer reads as an event of its provider.
     #[error("the stored payload is not a valid event: {0}")]
     Unreadable(#[from] EventError),
@@ -89,13 +86,13 @@ struct Stored {
 /// arrival). The new archive row carries `request_id` and points at
 /// `archive_id`.
 ///
-/// The event is read back by its provider's own `parse_event`, the code a
-/// live delivery goes through; an event already applied is recorded SKIPPED
-/// and changes nothing, exactly as a provider's duplicate would.
+/// The event is read back by its provider's own event format, with the id
+/// and type the archive recorded; an event already applied is recorded
+/// SKIPPED and changes nothing, exactly as a provider's duplicate would.
 #[instrument(skip_all, fields(request_id, reprocess_of = archive_id, provider, event_id))]
 pub async fn reprocess(
     pool: &PgPool,
-    handlers: &dyn Effects,
+    effects: &Effects,
     archive_id: i64,
     request_id: Option<&str>,
 ) -> Result<Reprocessed, ReprocessError> {
@@ -111,21 +108,22 @@ pub async fn reprocess(
     .ok_or(ReprocessError::NotFound(archive_id))?;
     Span::current().record("provider", stored.provider.as_str()).record("event_id", stored.event_id.as_str());
 
-    let provider = providers::reader(&stored.provider)
-        .ok_or_else(|| ReprocessError::UnknownProvider(stored.provider.clone()))?;
-    let headers = provider.stored_headers(&stored.event_id, &stored.event_type);
-    let event = provider.parse_event(&headers, stored.payload.as_bytes())?;
+    let payload = Payload::try_from(stored.payload)?;
+    let event =
+        providers::format_of(&stored.provider).read_stored(&stored.event_id, &stored.event_type, &payload)?;
     let delivery = Delivery {
-        provider: provider.name(),
+        provider: stored.provider.clone(),
         event,
-        payload: &stored.payload,
-        signature: &stored.signature,
-        secret_index: stored.secret_index.map(|i| i as usize),
-        request_id,
-        reprocess_of: Some(archive_id),
+        payload,
+        source: Source::Reprocess {
+            of: archive_id,
+            signature: stored.signature,
+            secret_index: stored.secret_index.map(|i| i as usize),
+        },
+        request_id: request_id.map(str::to_owned),
     };
     let mut conn = pool.acquire().await.map_err(InboxError::from)?;
-    let (new_id, status, error) = match inbox::deliver(&mut conn, handlers, &delivery).await? {
+    let (new_id, status, error) = match inbox::deliver(&mut conn, &effects.route(delivery)).await? {
         Outcome::Processed { archive_id } => (archive_id, "PROCESSED", None),
         Outcome::Duplicate { archive_id } => (archive_id, "SKIPPED", None),
         Outcome::Failed { archive_id, error } => (archive_id, "FAILED", Some(error)),

@@ -5,15 +5,14 @@
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
-use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::standard_webhooks::{self, StandardWebhooksVerifier};
-use super::{InvalidSecret, Provider, ProviderSpec, Verified};
-use crate::event::{self, Event, EventError};
+use super::{EventFormat, InvalidSecret, Provider, ProviderSpec, Verified, envelope};
+use crate::event::{self, Event, EventError, Payload};
 
 /// Clerk at `/webhooks/clerk` and `/account/webhook`; secrets from `CLERK_WEBHOOK_SECRET`.
 pub const SPEC: ProviderSpec = ProviderSpec {
@@ -22,6 +21,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     secret_help: "Clerk signing secrets `whsec_...` (Webhooks > your endpoint > Signing Secret), \
                   comma-separated (several during a rotation).",
     build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Clerk::new(secrets, tolerance_secs)?)),
+    format: &ClerkFormat,
 };
 
 /// Verifies and reads Clerk webhooks.
@@ -53,30 +53,24 @@ impl Provider for Clerk {
     ) -> Result<Verified<'h>, SignatureError> {
         self.verifier.verify(headers, body, now).map(|message| message.verified)
     }
+}
 
-    fn parse_event<'a>(&self, headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
-        let envelope: Envelope<'a> =
-            serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "Clerk"))?;
+/// Reads Clerk events: the id is the signed `svix-id` header; `type`,
+/// `timestamp` (milliseconds) and `data` are in the body.
+#[derive(Debug)]
+pub struct ClerkFormat;
+
+impl EventFormat for ClerkFormat {
+    fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
+        let mut envelope = Envelope::read(payload)?;
         let id = standard_webhooks::message_id(headers).map(Cow::Borrowed);
-        let occurred_at = match envelope.timestamp {
-            Some(millis) => Some(
-                DateTime::<Utc>::from_timestamp_millis(millis)
-                    .ok_or(EventError::InvalidTimestamp("timestamp"))?,
-            ),
-            None => None,
-        };
-        Ok(Event {
-            id: event::required(id, "svix-id")?,
-            event_type: event::required(envelope.event_type, "type")?,
-            occurred_at,
-            notification_id: None,
-            data: envelope.data,
-        })
+        let event =
+            Event::new(event::required(id, "svix-id")?, event::required(envelope.event_type.take(), "type")?);
+        envelope.complete(event)
     }
 
-    /// The event id is the message id header.
-    fn stored_headers(&self, event_id: &str, _event_type: &str) -> HeaderMap {
-        standard_webhooks::stored_headers(event_id)
+    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
+        Envelope::read(payload)?.complete(Event::new(event_id.into(), event_type.into()))
     }
 }
 
@@ -90,24 +84,38 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
+impl<'a> Envelope<'a> {
+    fn read(payload: &'a Payload) -> Result<Self, EventError> {
+        envelope(payload, "Clerk")
+    }
+
+    /// `event` with the envelope's time and data.
+    fn complete(self, event: Event) -> Result<Event, EventError> {
+        let occurred_at =
+            self.timestamp.map(|ms| event::time_from_unix_millis(ms, "timestamp")).transpose()?;
+        Ok(Event { occurred_at, data: event::data(self.data), ..event })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::payload;
     use axum::http::HeaderValue;
 
     #[test]
     fn the_event_id_comes_from_the_signed_header_and_the_type_from_the_body() {
-        let clerk = Clerk::new(&[], 300).unwrap();
+        let read = |headers: &HeaderMap, body: &[u8]| ClerkFormat.read_request(headers, &payload(body));
         let mut headers = HeaderMap::new();
         headers.insert("svix-id", HeaderValue::from_static("msg_1"));
         let body =
             br#"{"type":"user.created","timestamp":1654012591835,"object":"event","data":{"id":"user_1"}}"#;
-        let event = clerk.parse_event(&headers, body).unwrap();
-        assert_eq!((event.id.as_ref(), event.event_type.as_ref()), ("msg_1", "user.created"));
+        let event = read(&headers, body).unwrap();
+        assert_eq!((event.id.as_str(), event.event_type.as_str()), ("msg_1", "user.created"));
         assert_eq!(event.occurred_at.unwrap().timestamp_millis(), 1654012591835);
         assert_eq!(event.data.unwrap().get(), r#"{"id":"user_1"}"#);
 
-        assert_eq!(clerk.parse_event(&headers, br#"{"data":{}}"#).unwrap_err(), EventError::Missing("type"));
-        assert_eq!(clerk.parse_event(&HeaderMap::new(), body).unwrap_err(), EventError::Missing("svix-id"));
+        assert_eq!(read(&headers, br#"{"data":{}}"#).unwrap_err(), EventError::Missing("type"));
+        assert_eq!(read(&HeaderMap::new(), body).unwrap_err(), EventError::Missing("svix-id"));
     }
 }

@@ -11,7 +11,6 @@ use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
 use secrecy::SecretString;
 
 use super::{BUILT_IN, InvalidSecret, KeyError, is_built_in};
-use crate::config::SecretList;
 
 /// The argument id of `STANDARD_WEBHOOKS`.
 const STANDARD_WEBHOOKS: &str = "standard_webhooks";
@@ -32,6 +31,26 @@ impl ProviderConfig {
     /// The secrets configured for the built-in provider `name` (none: disabled).
     pub fn secrets_of(&self, name: &str) -> &[SecretString] {
         self.secrets.get(name).map_or(&[], |list| &list.0)
+    }
+}
+
+/// A comma-separated list of secrets; empty entries are ignored.
+#[derive(Clone, Default)]
+pub struct SecretList(pub Vec<SecretString>);
+
+impl FromStr for SecretList {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(SecretList(
+            text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(SecretString::from).collect(),
+        ))
+    }
+}
+
+impl std::fmt::Debug for SecretList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[REDACTED; {}]", self.0.len())
     }
 }
 
@@ -209,6 +228,14 @@ mod tests {
                 (name.to_string(), secrets.iter().map(|s| s.expose_secret().to_string()).collect())
             })
             .collect())
+    }
+
+    #[test]
+    fn secret_lists_split_on_commas_and_never_debug_print() {
+        let list: SecretList = " a , ,b,".parse().unwrap();
+        let exposed: Vec<&str> = list.0.iter().map(|s| s.expose_secret()).collect();
+        assert_eq!(exposed, ["a", "b"]);
+        assert_eq!(format!("{list:?}"), "[REDACTED; 2]");
     }
 
     #[test]

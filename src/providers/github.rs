@@ -15,8 +15,8 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::signature::{self, InvalidSecret, KeyEncoding, SignatureError, SigningKeys};
-use super::{Provider, ProviderSpec, Verified, header_str};
-use crate::event::{self, Event, EventError};
+use super::{EventFormat, Provider, ProviderSpec, Verified, envelope, header_str};
+use crate::event::{self, Event, EventError, Payload};
 
 const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 const DELIVERY_HEADER: &str = "X-GitHub-Delivery";
@@ -29,6 +29,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     secret_help: "GitHub webhook secrets (Settings > Webhooks > your webhook > Secret), \
                   comma-separated (several during a rotation).",
     build: |secrets, _tolerance_secs| Ok(Arc::new(GitHub::new(secrets)?)),
+    format: &GitHubFormat,
 };
 
 /// Verifies and reads GitHub webhook deliveries.
@@ -68,36 +69,31 @@ impl Provider for GitHub {
             .map(|secret_index| Verified { secret_index, signature: header })
             .ok_or(SignatureError::NoMatchingSignature)
     }
+}
 
-    fn parse_event<'a>(&self, headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
-        let envelope: Envelope<'a> =
-            serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "GitHub"))?;
+/// Reads GitHub deliveries: the id and type are headers, the type extended
+/// with the body's `action`; the whole body is the event (no `data`, no time).
+#[derive(Debug)]
+pub struct GitHubFormat;
+
+impl EventFormat for GitHubFormat {
+    fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
+        let envelope: Envelope<'_> = envelope(payload, "GitHub")?;
         let header = |name| headers.get(name).and_then(|value| value.to_str().ok()).map(Cow::Borrowed);
         let event_type = match (header(EVENT_HEADER), envelope.action) {
-            (Some(event), Some(action)) if !action.is_empty() => Some(Cow::Owned(format!("{event}.{action}"))),
+            (Some(event), Some(action)) if !action.is_empty() => {
+                Some(Cow::Owned(format!("{event}.{action}")))
+            }
             (event, _) => event,
         };
-        Ok(Event {
-            id: event::required(header(DELIVERY_HEADER), DELIVERY_HEADER)?,
-            event_type: event::required(event_type, EVENT_HEADER)?,
-            occurred_at: None,
-            notification_id: None,
-            // The whole body is the event: there is no `data` envelope.
-            data: None,
-        })
+        Ok(Event::new(
+            event::required(header(DELIVERY_HEADER), DELIVERY_HEADER)?,
+            event::required(event_type, EVENT_HEADER)?,
+        ))
     }
 
-    /// The delivery header is the event id; the event header is the type
-    /// without the body's action (GitHub event names have no dot).
-    fn stored_headers(&self, event_id: &str, event_type: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        let event = event_type.split('.').next().unwrap_or(event_type);
-        for (name, value) in [(DELIVERY_HEADER, event_id), (EVENT_HEADER, event)] {
-            if let Ok(value) = value.parse() {
-                headers.insert(name, value);
-            }
-        }
-        headers
+    fn read_stored(&self, event_id: &str, event_type: &str, _payload: &Payload) -> Result<Event, EventError> {
+        Ok(Event::new(event_id.into(), event_type.into()))
     }
 }
 
@@ -111,6 +107,7 @@ struct Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::payload;
     use axum::http::HeaderValue;
 
     fn github(secrets: &[&str]) -> GitHub {
@@ -176,14 +173,16 @@ mod tests {
         let tag = hex::encode(signature::hmac_sha256(b"the new github secret", &[body]));
         let header = format!("sha256={tag}");
         let signed = headers(&[(SIGNATURE_HEADER, &header)]);
-        let verified = github(&["the old github secret", "the new github secret"]).verify(&signed, body, 0).unwrap();
+        let verified =
+            github(&["the old github secret", "the new github secret"]).verify(&signed, body, 0).unwrap();
         assert_eq!((verified.secret_index, verified.signature), (1, header.as_str()));
     }
 
     #[test]
     fn malformed_headers_are_told_apart_from_wrong_signatures() {
         let verifier = github(&["a github secret, long enough"]);
-        let verify = |value: &str| verifier.verify(&headers(&[(SIGNATURE_HEADER, value)]), b"{}", 0).unwrap_err();
+        let verify =
+            |value: &str| verifier.verify(&headers(&[(SIGNATURE_HEADER, value)]), b"{}", 0).unwrap_err();
         assert_eq!(
             verifier.verify(&HeaderMap::new(), b"{}", 0).unwrap_err(),
             SignatureError::MissingHeader(SIGNATURE_HEADER)
@@ -200,10 +199,13 @@ mod tests {
         let delivery = [(DELIVERY_HEADER, "72d3162e-cc78-11e3-81ab-4c9367dc0958"), (EVENT_HEADER, "issues")];
         let parse = |pairs: &[(&'static str, &str)], body: &'static [u8]| {
             let headers = headers(pairs);
-            github(&[]).parse_event(&headers, body).map(|e| (e.id.into_owned(), e.event_type.into_owned()))
+            GitHubFormat.read_request(&headers, &payload(body)).map(|e| (e.id, e.event_type))
         };
         let id = delivery[0].1.to_string();
-        assert_eq!(parse(&delivery, br#"{"action":"opened","issue":{}}"#), Ok((id.clone(), "issues.opened".into())));
+        assert_eq!(
+            parse(&delivery, br#"{"action":"opened","issue":{}}"#),
+            Ok((id.clone(), "issues.opened".into()))
+        );
         assert_eq!(parse(&delivery, br#"{"zen":"Keep it logically awesome."}"#), Ok((id, "issues".into())));
         assert_eq!(parse(&delivery[1..], b"{}"), Err(EventError::Missing(DELIVERY_HEADER)));
         assert_eq!(parse(&delivery[..1], br#"{"action":"opened"}"#), Err(EventError::Missing(EVENT_HEADER)));

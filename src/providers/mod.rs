@@ -1,14 +1,19 @@
-//! Providers: how to tell a real delivery from a forgery, and where each
-//! provider puts the event id and type.
+//! Providers: how to tell a real delivery from a forgery, and how each
+//! provider lays out its events.
 //!
-//! A provider is one module (its verifier, its event format and its
-//! [`ProviderSpec`]) and one name in the `built_in!` list below: its route
-//! `/webhooks/{name}`, its secret flag and variable and its place in the
-//! [`Registry`] all follow from the spec. Senders that follow the Standard
-//! Webhooks spec need no module at all: `STANDARD_WEBHOOKS` names them.
+//! Two capabilities, kept apart. A [`Provider`] holds secrets and verifies
+//! requests; the [`Registry`] holds the enabled ones, by name. An
+//! [`EventFormat`] holds no secret and reads events, from a verified
+//! request or from an archived delivery; [`format_of`] finds any provider's
+//! format by its name, so reprocessing needs no secret and fakes no request.
+//!
+//! Adding a provider: its module (verifier, format and [`ProviderSpec`]),
+//! its `pub mod` line and its spec in [`BUILT_IN`]. Its route
+//! `/webhooks/{name}`, its secret flag and variable, and its place in the
+//! registry follow from the spec. Senders that follow the Standard Webhooks
+//! spec need no module at all: `STANDARD_WEBHOOKS` names them.
 
 mod config;
-pub mod json;
 #[cfg(test)]
 mod proptests;
 mod registry;
@@ -17,28 +22,23 @@ pub mod standard_sender;
 pub mod standard_webhooks;
 pub mod timestamped;
 
+pub mod clerk;
+pub mod github;
+pub mod paddle;
+pub mod stripe;
+
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use secrecy::SecretString;
 
-use crate::event::{Event, EventError};
-pub use config::{ConfigError, ProviderConfig, StandardSenders};
+use crate::event::{Event, EventError, Payload};
+pub use config::{ConfigError, ProviderConfig, SecretList, StandardSenders};
 pub use registry::Registry;
 pub use signature::{InvalidSecret, KeyEncoding, KeyError, SignatureError};
 
-/// Declares the built-in provider modules and lists their specs in [`BUILT_IN`].
-macro_rules! built_in {
-    ($($module:ident),+ $(,)?) => {
-        $(pub mod $module;)+
-
-        /// Every built-in provider, in the order of `--help` and the startup log.
-        pub const BUILT_IN: &[&ProviderSpec] = &[$(&$module::SPEC),+];
-    };
-}
-
-// Adding a provider: its module, and its name here.
-built_in!(paddle, clerk, stripe, github);
+/// Every built-in provider, in the order of `--help` and the startup log.
+pub const BUILT_IN: &[&ProviderSpec] = &[&paddle::SPEC, &clerk::SPEC, &stripe::SPEC, &github::SPEC];
 
 /// What the rest of the service needs to know about a built-in provider.
 #[derive(Debug)]
@@ -52,6 +52,8 @@ pub struct ProviderSpec {
     pub secret_help: &'static str,
     /// Builds the provider from its secrets (at least one) and the timestamp tolerance in seconds.
     pub build: BuildProvider,
+    /// How its events are laid out.
+    pub format: &'static dyn EventFormat,
 }
 
 /// How a [`ProviderSpec`] builds its provider.
@@ -69,17 +71,14 @@ pub fn is_built_in(name: &str) -> bool {
     BUILT_IN.iter().any(|spec| spec.name == name)
 }
 
-/// A provider, without secrets, that reads the stored deliveries of the
-/// provider called `name` back (`parse_event`) and verifies nothing:
-/// reprocessing uses it, so it needs no secret. A name that is not built in
-/// can only have come from a Standard Webhooks sender.
-pub fn reader(name: &str) -> Option<Arc<dyn Provider>> {
-    match BUILT_IN.iter().find(|spec| spec.name == name) {
-        Some(spec) => (spec.build)(&[], 0).ok(),
-        None => standard_sender::StandardWebhooksSender::new(name, &[], 0)
-            .ok()
-            .map(|sender| Arc::new(sender) as Arc<dyn Provider>),
-    }
+/// The event format of the provider called `name`: a built-in one's own, and
+/// for any other name the Standard Webhooks format (the registry enables no
+/// other, so no other can have sent or stored a delivery).
+pub fn format_of(name: &str) -> &'static dyn EventFormat {
+    BUILT_IN
+        .iter()
+        .find(|spec| spec.name == name)
+        .map_or(&standard_sender::StandardFormat, |spec| spec.format)
 }
 
 /// What verification tells the archive about a request.
@@ -91,7 +90,7 @@ pub struct Verified<'h> {
     pub signature: &'h str,
 }
 
-/// A webhook sender: verification over the raw body, then event extraction.
+/// A webhook sender with its secrets: verifies requests over the raw body.
 pub trait Provider: Send + Sync + std::fmt::Debug {
     /// The name stored in the `provider` column and shown in logs.
     fn name(&self) -> &str;
@@ -105,17 +104,27 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         body: &[u8],
         now: i64,
     ) -> Result<Verified<'h>, SignatureError>;
+}
 
-    /// Reads the event id, type and data out of a verified request.
-    fn parse_event<'a>(&self, headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError>;
+/// Where a provider puts the event id, type, time and data: reads events,
+/// and knows no secret.
+pub trait EventFormat: Send + Sync + std::fmt::Debug {
+    /// The event of a verified request, from its headers and payload.
+    fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError>;
 
-    /// The headers [`parse_event`](Provider::parse_event) needs to read an
-    /// archived delivery back, of which only the payload, the event id and
-    /// the event type are stored. Providers that send the id or type in a
-    /// header put them there.
-    fn stored_headers(&self, _event_id: &str, _event_type: &str) -> HeaderMap {
-        HeaderMap::new()
-    }
+    /// The event of an archived delivery: the id and type the archive
+    /// recorded for it (wherever the request carried them), the rest from
+    /// its stored payload.
+    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError>;
+}
+
+/// The top-level fields of a provider's event body (its `Envelope`); a body
+/// of another shape is not an event of `format`.
+fn envelope<'a, T: serde::Deserialize<'a>>(
+    payload: &'a Payload,
+    format: &'static str,
+) -> Result<T, EventError> {
+    serde_json::from_str(payload.as_str()).map_err(|e| EventError::from_json(&e, format))
 }
 
 /// A required header as text; absent → missing, not visible ASCII → malformed.
@@ -125,4 +134,10 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str,
         .ok_or(SignatureError::MissingHeader(name))?
         .to_str()
         .map_err(|_| SignatureError::MalformedHeader(name))
+}
+
+/// A test's body as a checked payload.
+#[cfg(test)]
+fn payload(body: &[u8]) -> Payload {
+    Payload::try_from(String::from_utf8(body.to_vec()).expect("UTF-8")).expect("no repeated key")
 }

@@ -5,15 +5,14 @@
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
-use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::timestamped::{self, TimestampedVerifier};
-use super::{InvalidSecret, Provider, ProviderSpec, Verified};
-use crate::event::{self, Event, EventError};
+use super::{EventFormat, InvalidSecret, Provider, ProviderSpec, Verified, envelope};
+use crate::event::{self, Event, EventError, Payload};
 
 const SIGNATURE_HEADER: &str = "Paddle-Signature";
 const FORMAT: timestamped::Format = timestamped::Format {
@@ -31,6 +30,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     secret_help: "Paddle notification secret keys (Developer tools > Notifications > your destination), \
                   comma-separated (several during a rotation).",
     build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Paddle::new(secrets, tolerance_secs)?)),
+    format: &PaddleFormat,
 };
 
 /// Verifies and reads Paddle Billing notifications.
@@ -62,25 +62,25 @@ impl Provider for Paddle {
     ) -> Result<Verified<'h>, SignatureError> {
         self.verifier.verify(headers, body, now)
     }
+}
 
-    fn parse_event<'a>(&self, _headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
-        let envelope: Envelope<'a> =
-            serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "Paddle"))?;
-        let occurred_at = match envelope.occurred_at {
-            Some(text) => Some(
-                DateTime::parse_from_rfc3339(&text)
-                    .map_err(|_| EventError::InvalidTimestamp("occurred_at"))?
-                    .with_timezone(&Utc),
-            ),
-            None => None,
-        };
-        Ok(Event {
-            id: event::required(envelope.event_id, "event_id")?,
-            event_type: event::required(envelope.event_type, "event_type")?,
-            occurred_at,
-            notification_id: envelope.notification_id,
-            data: envelope.data,
-        })
+/// Reads Paddle notifications: `event_id`, `event_type`, `occurred_at`,
+/// `notification_id` and `data` at the top of the body.
+#[derive(Debug)]
+pub struct PaddleFormat;
+
+impl EventFormat for PaddleFormat {
+    fn read_request(&self, _headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
+        let mut envelope = Envelope::read(payload)?;
+        let event = Event::new(
+            event::required(envelope.event_id.take(), "event_id")?,
+            event::required(envelope.event_type.take(), "event_type")?,
+        );
+        envelope.complete(event)
+    }
+
+    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
+        Envelope::read(payload)?.complete(Event::new(event_id.into(), event_type.into()))
     }
 }
 
@@ -99,10 +99,26 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
+impl<'a> Envelope<'a> {
+    fn read(payload: &'a Payload) -> Result<Self, EventError> {
+        envelope(payload, "Paddle")
+    }
+
+    /// `event` with the envelope's time, notification id and data.
+    fn complete(self, event: Event) -> Result<Event, EventError> {
+        Ok(Event {
+            occurred_at: self.occurred_at.map(|t| event::time_from_rfc3339(&t, "occurred_at")).transpose()?,
+            notification_id: self.notification_id.map(Cow::into_owned),
+            data: event::data(self.data),
+            ..event
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::signature;
+    use crate::providers::{payload, signature};
     use axum::http::HeaderValue;
 
     const SECRET: &str = "pdl_ntfset_0123456789";
@@ -169,7 +185,9 @@ mod tests {
         let body = br#"{"event_id":"evt_1"}"#;
         let header = sign("pdl_ntfset_new_0123456789", 1000, body);
         let signed = headers(&header);
-        let verified = paddle(&["pdl_ntfset_old_0123456789", "pdl_ntfset_new_0123456789"]).verify(&signed, body, 1000).unwrap();
+        let verified = paddle(&["pdl_ntfset_old_0123456789", "pdl_ntfset_new_0123456789"])
+            .verify(&signed, body, 1000)
+            .unwrap();
         assert_eq!(verified.secret_index, 1);
         assert_eq!(verified.signature, header);
     }
@@ -218,8 +236,7 @@ mod tests {
     #[test]
     fn the_event_is_read_from_the_body() {
         let body = br#"{"event_id":"evt_1","event_type":"subscription.created","occurred_at":"2024-03-15T10:32:38.286848Z","notification_id":"ntf_1","data":{"id":"sub_1"}}"#;
-        let no_headers = HeaderMap::new();
-        let event = paddle(&[]).parse_event(&no_headers, body).unwrap();
+        let event = PaddleFormat.read_request(&HeaderMap::new(), &payload(body)).unwrap();
         assert_eq!(event.id, "evt_1");
         assert_eq!(event.event_type, "subscription.created");
         assert_eq!(event.notification_id.as_deref(), Some("ntf_1"));
@@ -229,7 +246,7 @@ mod tests {
 
     #[test]
     fn bodies_without_an_event_are_refused_with_a_reason() {
-        let parse = |body: &[u8]| paddle(&[]).parse_event(&HeaderMap::new(), body).unwrap_err();
+        let parse = |body: &[u8]| PaddleFormat.read_request(&HeaderMap::new(), &payload(body)).unwrap_err();
         assert_eq!(parse(b"not json"), EventError::NotJson);
         assert_eq!(parse(b"[1]"), EventError::NotAnEvent("Paddle"));
         assert_eq!(parse(br#"{"event_type":"x"}"#), EventError::Missing("event_id"));

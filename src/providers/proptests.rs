@@ -11,11 +11,11 @@ use secrecy::SecretString;
 use serde_json::{Map, Value};
 
 use super::clerk::Clerk;
-use super::json::check_unique_keys;
 use super::paddle::Paddle;
 use super::signature::{SignatureError, hmac_sha256};
-use super::{Provider, Verified};
-use crate::event::EventError;
+use super::{BUILT_IN, Provider, Verified, standard_sender};
+use crate::event::json::check_unique_keys;
+use crate::event::{EventError, Payload};
 
 const TOLERANCE: u64 = 300;
 
@@ -151,11 +151,12 @@ proptest! {
     ) {
         let svix_id = headers(&[("svix-id", "msg_1")]);
         let json = serde_json::to_vec(&json).unwrap();
-        for body in [&bytes, &json] {
-            let _ = paddle("pdl_ntfset_0123456789").parse_event(&HeaderMap::new(), body);
-            let _ = clerk(b"0123456789abcdef0123456789").parse_event(&svix_id, body);
-            if let Ok(text) = std::str::from_utf8(body) {
-                let _ = check_unique_keys(text);
+        for body in [bytes, json] {
+            if let Ok(payload) = Payload::from_body(body.into()) {
+                for format in BUILT_IN.iter().map(|spec| spec.format).chain([&standard_sender::StandardFormat as _]) {
+                    let _ = format.read_request(&svix_id, &payload);
+                    let _ = format.read_stored("evt_1", "x", &payload);
+                }
             }
         }
     }

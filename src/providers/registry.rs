@@ -63,7 +63,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SecretList;
+    use crate::providers::SecretList;
 
     #[test]
     fn every_built_in_provider_is_built_under_its_own_name() {

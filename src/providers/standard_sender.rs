@@ -18,8 +18,8 @@ use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::standard_webhooks::{self, StandardWebhooksVerifier};
-use super::{InvalidSecret, Provider, Verified};
-use crate::event::{self, Event, EventError};
+use super::{EventFormat, InvalidSecret, Provider, Verified, envelope};
+use crate::event::{self, Event, EventError, Payload};
 
 /// The event type recorded when the body has no `type` string.
 pub const UNTYPED: &str = "unknown";
@@ -54,27 +54,28 @@ impl Provider for StandardWebhooksSender {
     ) -> Result<Verified<'h>, SignatureError> {
         self.verifier.verify(headers, body, now).map(|message| message.verified)
     }
+}
 
-    fn parse_event<'a>(&self, headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
-        let envelope: Envelope<'a> =
-            serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "Standard Webhooks"))?;
+/// Reads Standard Webhooks deliveries: the id is the signed `webhook-id`
+/// (or `svix-id`) header; `type`, `timestamp` and `data` are read from the
+/// body when they have the recommended shape.
+#[derive(Debug)]
+pub struct StandardFormat;
+
+impl EventFormat for StandardFormat {
+    fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
+        let envelope = Envelope::read(payload)?;
         let event_type =
             text(envelope.event_type).filter(|t| !t.is_empty()).unwrap_or(Cow::Borrowed(UNTYPED));
-        let occurred_at = text(envelope.timestamp)
-            .and_then(|ts| DateTime::parse_from_rfc3339(&ts).ok())
-            .map(|ts| ts.with_timezone(&Utc));
-        Ok(Event {
-            id: event::required(standard_webhooks::message_id(headers).map(Cow::Borrowed), "webhook-id")?,
-            event_type: event::required(Some(event_type), "type")?,
-            occurred_at,
-            notification_id: None,
-            data: envelope.data,
-        })
+        let event = Event::new(
+            event::required(standard_webhooks::message_id(headers).map(Cow::Borrowed), "webhook-id")?,
+            event::required(Some(event_type), "type")?,
+        );
+        Ok(envelope.complete(event))
     }
 
-    /// The event id is the message id header.
-    fn stored_headers(&self, event_id: &str, _event_type: &str) -> HeaderMap {
-        standard_webhooks::stored_headers(event_id)
+    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
+        Ok(Envelope::read(payload)?.complete(Event::new(event_id.into(), event_type.into())))
     }
 }
 
@@ -90,6 +91,20 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
+impl<'a> Envelope<'a> {
+    fn read(payload: &'a Payload) -> Result<Self, EventError> {
+        envelope(payload, "Standard Webhooks")
+    }
+
+    /// `event` with the envelope's time, when it is RFC 3339, and data.
+    fn complete(self, event: Event) -> Event {
+        let occurred_at = text(self.timestamp)
+            .and_then(|ts| DateTime::parse_from_rfc3339(&ts).ok())
+            .map(|ts| ts.with_timezone(&Utc));
+        Event { occurred_at, data: event::data(self.data), ..event }
+    }
+}
+
 /// The field's text if it is a JSON string.
 fn text(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
     serde_json::from_str(raw?.get()).ok()
@@ -98,12 +113,12 @@ fn text(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::payload;
     use axum::http::HeaderValue;
 
     fn parse(headers: &HeaderMap, body: &str) -> Result<(String, String, Option<String>), EventError> {
-        let sender = StandardWebhooksSender::new("acme", &[], 300).unwrap();
-        let event = sender.parse_event(headers, body.as_bytes())?;
-        Ok((event.id.into_owned(), event.event_type.into_owned(), event.occurred_at.map(|t| t.to_rfc3339())))
+        let event = StandardFormat.read_request(headers, &payload(body.as_bytes()))?;
+        Ok((event.id, event.event_type, event.occurred_at.map(|t| t.to_rfc3339())))
     }
 
     #[test]

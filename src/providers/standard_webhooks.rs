@@ -75,15 +75,6 @@ pub fn message_id(headers: &HeaderMap) -> Option<&str> {
     [SVIX.id, STANDARD_WEBHOOKS.id].iter().find_map(|name| headers.get(*name)?.to_str().ok())
 }
 
-/// The headers [`message_id`] reads an archived message's id back from.
-pub fn stored_headers(message_id: &str) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    if let Ok(value) = message_id.parse() {
-        headers.insert(STANDARD_WEBHOOKS.id, value);
-    }
-    headers
-}
-
 /// The `v1` signatures of a `v1,<base64> v1,<base64>` list. Entries of other
 /// versions, or that do not decode to a tag, match nothing; a header with no
 /// `<version>,<signature>` entry at all is malformed (`None`).

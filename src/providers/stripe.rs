@@ -7,15 +7,14 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
-use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::timestamped::{self, TimestampedVerifier};
-use super::{InvalidSecret, Provider, ProviderSpec, Verified};
-use crate::event::{self, Event, EventError};
+use super::{EventFormat, InvalidSecret, Provider, ProviderSpec, Verified, envelope};
+use crate::event::{self, Event, EventError, Payload};
 
 const SIGNATURE_HEADER: &str = "Stripe-Signature";
 /// Stripe adds `v0` (a test-mode scheme) and may add others: only `v1` is checked.
@@ -34,6 +33,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     secret_help: "Stripe endpoint signing secrets `whsec_...` (Workbench > Webhooks > your endpoint), \
                   comma-separated (several while rolling a secret).",
     build: |secrets, tolerance_secs| Ok(Arc::new(Stripe::new(secrets, tolerance_secs)?)),
+    format: &StripeFormat,
 };
 
 /// Verifies and reads Stripe events.
@@ -65,23 +65,25 @@ impl Provider for Stripe {
     ) -> Result<Verified<'h>, SignatureError> {
         self.verifier.verify(headers, body, now)
     }
+}
 
-    fn parse_event<'a>(&self, _headers: &'a HeaderMap, body: &'a [u8]) -> Result<Event<'a>, EventError> {
-        let envelope: Envelope<'a> =
-            serde_json::from_slice(body).map_err(|e| EventError::from_json(&e, "Stripe"))?;
-        let occurred_at = match envelope.created {
-            Some(secs) => {
-                Some(DateTime::<Utc>::from_timestamp(secs, 0).ok_or(EventError::InvalidTimestamp("created"))?)
-            }
-            None => None,
-        };
-        Ok(Event {
-            id: event::required(envelope.id, "id")?,
-            event_type: event::required(envelope.event_type, "type")?,
-            occurred_at,
-            notification_id: None,
-            data: envelope.data,
-        })
+/// Reads Stripe event objects: `id`, `type`, `created` (unix seconds) and
+/// `data` at the top of the body.
+#[derive(Debug)]
+pub struct StripeFormat;
+
+impl EventFormat for StripeFormat {
+    fn read_request(&self, _headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
+        let mut envelope = Envelope::read(payload)?;
+        let event = Event::new(
+            event::required(envelope.id.take(), "id")?,
+            event::required(envelope.event_type.take(), "type")?,
+        );
+        envelope.complete(event)
+    }
+
+    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
+        Envelope::read(payload)?.complete(Event::new(event_id.into(), event_type.into()))
     }
 }
 
@@ -97,10 +99,23 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
+impl<'a> Envelope<'a> {
+    fn read(payload: &'a Payload) -> Result<Self, EventError> {
+        envelope(payload, "Stripe")
+    }
+
+    /// `event` with the envelope's creation time and data.
+    fn complete(self, event: Event) -> Result<Event, EventError> {
+        let occurred_at =
+            self.created.map(|secs| event::time_from_unix_seconds(secs, "created")).transpose()?;
+        Ok(Event { occurred_at, data: event::data(self.data), ..event })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::signature;
+    use crate::providers::{payload, signature};
     use axum::http::HeaderValue;
 
     fn stripe(secrets: &[&str]) -> Stripe {
@@ -178,11 +193,16 @@ mod tests {
         let valid = sign("whsec_new_0123456789", 1000, body);
         let rolled = format!("t=1000,v1={},{},v0=abc", "0".repeat(64), valid.split_once(',').unwrap().1);
         let rolled_headers = headers(&rolled);
-        let verified = stripe(&["whsec_old_0123456789", "whsec_new_0123456789"]).verify(&rolled_headers, body, 1000).unwrap();
+        let verified = stripe(&["whsec_old_0123456789", "whsec_new_0123456789"])
+            .verify(&rolled_headers, body, 1000)
+            .unwrap();
         assert_eq!((verified.secret_index, verified.signature), (1, rolled.as_str()));
 
         let verifier = stripe(&["whsec_new_0123456789"]);
-        assert_eq!(verifier.verify(&headers(&valid), body, 1301).unwrap_err(), SignatureError::TimestampTooOld);
+        assert_eq!(
+            verifier.verify(&headers(&valid), body, 1301).unwrap_err(),
+            SignatureError::TimestampTooOld
+        );
         assert_eq!(
             verifier.verify(&headers(&sign("whsec_new_0123456789", 1301, body)), body, 1000).unwrap_err(),
             SignatureError::TimestampInFuture
@@ -193,27 +213,38 @@ mod tests {
     fn malformed_headers_are_told_apart_from_wrong_signatures() {
         let verifier = stripe(&["whsec_0123456789abcdef"]);
         let malformed = SignatureError::MalformedHeader(SIGNATURE_HEADER);
-        assert_eq!(verifier.verify(&HeaderMap::new(), b"", 0).unwrap_err(), SignatureError::MissingHeader(SIGNATURE_HEADER));
+        assert_eq!(
+            verifier.verify(&HeaderMap::new(), b"", 0).unwrap_err(),
+            SignatureError::MissingHeader(SIGNATURE_HEADER)
+        );
         for bad in ["", "t=1", "v1=00", "t=1;v1=00", "t=abc,v1=00", "t=1,t=1,v1=00", "t=1,v0=00"] {
             assert_eq!(verifier.verify(&headers(bad), b"", 1).unwrap_err(), malformed, "{bad:?}");
         }
-        assert_eq!(verifier.verify(&headers("t=1,v1=nothex"), b"", 1).unwrap_err(), SignatureError::NoMatchingSignature);
+        assert_eq!(
+            verifier.verify(&headers("t=1,v1=nothex"), b"", 1).unwrap_err(),
+            SignatureError::NoMatchingSignature
+        );
     }
 
     #[test]
     fn the_event_is_read_from_the_body() {
         let body = br#"{"id":"evt_1","object":"event","type":"invoice.paid","created":1700000000,"data":{"object":{"id":"in_1"}}}"#;
-        let no_headers = HeaderMap::new();
-        let event = stripe(&[]).parse_event(&no_headers, body).unwrap();
-        assert_eq!((event.id.as_ref(), event.event_type.as_ref()), ("evt_1", "invoice.paid"));
+        let event = StripeFormat.read_request(&HeaderMap::new(), &payload(body)).unwrap();
+        assert_eq!((event.id.as_str(), event.event_type.as_str()), ("evt_1", "invoice.paid"));
         assert_eq!(event.occurred_at.unwrap().timestamp(), 1700000000);
         assert_eq!(event.data.unwrap().get(), r#"{"object":{"id":"in_1"}}"#);
 
-        let parse = |body: &[u8]| stripe(&[]).parse_event(&HeaderMap::new(), body).unwrap_err();
+        let parse = |body: &[u8]| StripeFormat.read_request(&HeaderMap::new(), &payload(body)).unwrap_err();
         assert_eq!(parse(b"not json"), EventError::NotJson);
         assert_eq!(parse(br#"{"type":"x"}"#), EventError::Missing("id"));
         assert_eq!(parse(br#"{"id":"evt_1"}"#), EventError::Missing("type"));
-        assert_eq!(parse(br#"{"id":"evt_1","type":"x","created":"today"}"#), EventError::NotAnEvent("Stripe"));
-        assert_eq!(parse(br#"{"id":"evt_1","type":"x","created":9223372036854775807}"#), EventError::InvalidTimestamp("created"));
+        assert_eq!(
+            parse(br#"{"id":"evt_1","type":"x","created":"today"}"#),
+            EventError::NotAnEvent("Stripe")
+        );
+        assert_eq!(
+            parse(br#"{"id":"evt_1","type":"x","created":9223372036854775807}"#),
+            EventError::InvalidTimestamp("created")
+        );
     }
 }

@@ -1,32 +1,43 @@
 //! Deliveries of events without side effects that wait at the same moment
 //! are recorded together, in one statement; each still gets its own answer.
 
-use std::borrow::Cow;
-
 use axum::http::StatusCode;
 use serde_json::json;
+use sqlx::PgConnection;
 use webhook_inbox::event::Event;
-use webhook_inbox::inbox::{Delivery, InboxError, Outcome, deliver_together};
+use webhook_inbox::inbox::{
+    Delivery, Effects, InboxError, Outcome, Routed, Source, ToRecord, record, record_together,
+};
 
 use crate::support::*;
 
 /// A delivery of event `id` with a raw `payload`.
-fn delivery<'a>(id: &'a str, payload: &'a str) -> Delivery<'a> {
+fn delivery(id: &str, payload: &str) -> Delivery {
     Delivery {
-        provider: "paddle",
-        event: Event {
-            id: Cow::Borrowed(id),
-            event_type: Cow::Borrowed("transaction.updated"),
-            occurred_at: None,
-            notification_id: None,
-            data: None,
-        },
-        payload,
-        signature: "ts=1;h1=00",
-        secret_index: Some(0),
+        provider: "paddle".into(),
+        event: Event::new(id.into(), "transaction.updated".into()),
+        payload: payload.to_string().try_into().unwrap(),
+        source: Source::Webhook { signature: "ts=1;h1=00".into(), secret_index: 0 },
         request_id: None,
-        reprocess_of: None,
     }
+}
+
+/// `delivery` on the recording lane (its type has no side effects).
+fn to_record(delivery: Delivery) -> ToRecord {
+    match Effects::default().route(delivery) {
+        Routed::Record(delivery) => delivery,
+        Routed::Apply(_) => unreachable!("no effects"),
+    }
+}
+
+/// Records `deliveries` together, as one of `app`'s recorders does.
+async fn together(
+    app: &TestApp,
+    conn: &mut PgConnection,
+    deliveries: &[ToRecord],
+) -> Vec<Result<Outcome, InboxError>> {
+    let fallbacks = app.state.metrics.batch_fallbacks();
+    record_together(conn, &deliveries.iter().collect::<Vec<_>>(), &fallbacks).await
 }
 
 #[tokio::test]
@@ -40,9 +51,10 @@ async fn a_batch_answers_each_delivery_even_when_one_payload_is_refused_or_repea
         delivery("evt_b", unstorable),
         delivery("evt_c", good),
         delivery("evt_a", good),
-    ];
+    ]
+    .map(to_record);
 
-    let results = deliver_together(&mut conn, &deliveries.iter().collect::<Vec<_>>()).await;
+    let results = together(&app, &mut conn, &deliveries).await;
 
     assert!(matches!(results[0], Ok(Outcome::Processed { .. })), "{results:?}");
     assert!(matches!(results[1], Err(InboxError::UnstorablePayload)), "{results:?}");
@@ -51,6 +63,8 @@ async fn a_batch_answers_each_delivery_even_when_one_payload_is_refused_or_repea
     assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 2);
     assert_eq!(app.archive_statuses().await.iter().filter(|s| *s == "PROCESSED").count(), 2);
     assert_eq!(app.archive_statuses().await.iter().filter(|s| *s == "SKIPPED").count(), 1);
+    // The batch failed on the refused payload; the fallback is counted.
+    assert!(app.metrics().await.contains("webhook_batch_fallbacks_total 1"), "{}", app.metrics().await);
 }
 
 #[tokio::test]
@@ -58,12 +72,13 @@ async fn a_batch_of_new_and_known_events_records_each_with_its_own_outcome() {
     let app = TestApp::spawn().await;
     let mut conn = app.pool().acquire().await.unwrap();
     let payload = r#"{"event_id": "x"}"#;
-    let known = [delivery("evt_1", payload), delivery("evt_2", payload)];
-    let first = deliver_together(&mut conn, &known.iter().collect::<Vec<_>>()).await;
+    let known = [delivery("evt_1", payload), delivery("evt_2", payload)].map(to_record);
+    let first = together(&app, &mut conn, &known).await;
     assert!(first.iter().all(|r| matches!(r, Ok(Outcome::Processed { .. }))), "{first:?}");
 
-    let mixed = [delivery("evt_2", payload), delivery("evt_3", payload), delivery("evt_1", payload)];
-    let second = deliver_together(&mut conn, &mixed.iter().collect::<Vec<_>>()).await;
+    let mixed =
+        [delivery("evt_2", payload), delivery("evt_3", payload), delivery("evt_1", payload)].map(to_record);
+    let second = together(&app, &mut conn, &mixed).await;
 
     assert!(matches!(second[0], Ok(Outcome::Duplicate { .. })), "{second:?}");
     assert!(matches!(second[1], Ok(Outcome::Processed { .. })), "{second:?}");
@@ -122,23 +137,20 @@ async fn a_batched_delivery_is_archived_with_the_same_columns_as_one_recorded_al
     let app = TestApp::spawn().await;
     let mut conn = app.pool().acquire().await.unwrap();
     let payload = r#"{"event_id": "x", "data": {"a": 1}}"#;
-    let filled = |id: &'static str| Delivery {
-        event: Event {
-            occurred_at: Some("2024-04-12T10:18:49Z".parse().unwrap()),
-            notification_id: Some(Cow::Borrowed("ntf_1")),
-            ..delivery(id, payload).event
-        },
-        request_id: Some("req-1"),
-        reprocess_of: Some(42),
-        secret_index: Some(1),
-        ..delivery(id, payload)
+    let filled = |id: &'static str| {
+        to_record(Delivery {
+            event: Event {
+                occurred_at: Some("2024-04-12T10:18:49Z".parse().unwrap()),
+                notification_id: Some("ntf_1".into()),
+                ..delivery(id, payload).event
+            },
+            request_id: Some("req-1".into()),
+            source: Source::Reprocess { of: 42, signature: "ts=1;h1=00".into(), secret_index: Some(1) },
+            ..delivery(id, payload)
+        })
     };
-    let alone = filled("evt_alone");
-    webhook_inbox::inbox::deliver(&mut conn, &webhook_inbox::handlers::Handlers::default(), &alone)
-        .await
-        .unwrap();
-    let (first, second) = (filled("evt_batched"), delivery("evt_other", payload));
-    deliver_together(&mut conn, &[&first, &second]).await;
+    record(&mut conn, &filled("evt_alone")).await.unwrap();
+    together(&app, &mut conn, &[filled("evt_batched"), to_record(delivery("evt_other", payload))]).await;
 
     // Every column but those that differ by nature.
     let row = |event_id: &'static str| {

@@ -54,3 +54,43 @@ fn a_misconfigured_smtp_stops_startup_with_a_reason_and_without_the_password() {
         assert!(!stderr.contains("smtp_password") && !stdout.contains("smtp_password"), "{stderr}{stdout}");
     }
 }
+
+#[test]
+fn help_groups_each_subcommand_s_own_options_apart_from_the_database_s_and_names_every_provider() {
+    let help = |args: &[&str]| {
+        let output =
+            Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(args).arg("--help").output().unwrap();
+        assert!(output.status.success());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    for (command, headings) in [
+        (
+            &["serve"][..],
+            &[
+                "HTTP:",
+                "Providers:",
+                "Effects:",
+                "Operations:",
+                "Console:",
+                "Retention:",
+                "Email (the outbox):",
+            ][..],
+        ),
+        (&["events", "list"], &["Filters:"]),
+        (&["events", "reprocess"], &["Filters:", "Effects:"]),
+        (&["purge"], &[]),
+    ] {
+        let text = help(command);
+        let (own, database) = text.split_once("Database (every subcommand):").expect("a database section");
+        assert!(database.contains("--database-url") && database.contains("--lock-timeout-ms"), "{text}");
+        assert!(!own.contains("--database-url"), "{text}");
+        for heading in headings {
+            assert!(own.contains(heading), "{command:?} has no {heading}: {text}");
+        }
+    }
+    let list = help(&["events", "list"]);
+    let provider = list.lines().skip_while(|line| !line.contains("--provider")).nth(1).unwrap_or_default();
+    for spec in webhook_inbox::providers::BUILT_IN {
+        assert!(provider.contains(spec.name), "--provider help misses {}: {provider}", spec.name);
+    }
+}

@@ -4,13 +4,11 @@
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use futures_util::future::BoxFuture;
 use serde_json::json;
 use sqlx::PgConnection;
 use webhook_inbox::event::Event;
-use webhook_inbox::handlers::HandlerError;
 use webhook_inbox::http::{AppState, Limits, app};
-use webhook_inbox::inbox::Effects;
+use webhook_inbox::inbox::{Effect, EffectError, Effects};
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::paddle::Paddle;
 
@@ -80,25 +78,14 @@ async fn a_handler_failing_after_a_partial_write_leaves_no_partial_effect() {
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
 }
 
-/// Effects whose handler runs a statement that fails, ignores the error, and
-/// reports success: a bug a future handler could have.
+/// An effect that runs a statement that fails, ignores the error, and
+/// reports success: a bug a future effect could have.
 struct SwallowsErrors;
 
-impl Effects for SwallowsErrors {
-    fn handles(&self, _provider: &str, _event_type: &str) -> bool {
-        true
-    }
-
-    fn run<'a>(
-        &'a self,
-        _provider: &'a str,
-        conn: &'a mut PgConnection,
-        _event: &'a Event<'a>,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let _ignored = sqlx::query("SELECT 1/0").execute(conn).await;
-            Ok(())
-        })
+impl Effect for SwallowsErrors {
+    async fn apply(&self, conn: &mut PgConnection, _event: &Event) -> Result<(), EffectError> {
+        let _ignored = sqlx::query("SELECT 1/0").execute(conn).await;
+        Ok(())
     }
 }
 
@@ -107,7 +94,8 @@ async fn a_handler_that_swallows_a_failed_statement_is_archived_failed_never_ans
     let db = TestDatabase::create().await;
     let providers = Registry::default().with(Paddle::new(&[PADDLE_SECRETS[0].into()], 300).unwrap());
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
-    let router = app(AppState::new(db.pool().clone(), providers, SwallowsErrors, limits));
+    let effects = Effects::default().on("paddle", "subscription.created", SwallowsErrors);
+    let router = app(AppState::new(db.pool().clone(), providers, effects, limits));
 
     let answer = send(&router, &paddle(&subscription_created("evt_01", "sub_01"))).await;
 

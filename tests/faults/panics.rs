@@ -1,57 +1,45 @@
 //! A handler that panics: its delivery is answered 500 and archived FAILED,
 //! its partial writes are rolled back, and the process keeps serving.
 //!
-//! The service has no handler that panics, so this one runs the app
-//! in-process (still over a real socket), with effects that panic for some
-//! events: `inbox::Effects` is the seam the inbox takes its effects through.
+//! The service has no effect that panics, so this one runs the app
+//! in-process (still over a real socket), with an effect that panics for
+//! some events: `inbox::Effect` is the seam the inbox takes effects through.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use secrecy::SecretString;
 use serde_json::json;
 use sqlx::PgConnection;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
+use webhook_inbox::effects::billing::subscriptions::SubscriptionCreated;
 use webhook_inbox::event::Event as InboxEvent;
-use webhook_inbox::handlers::{HandlerError, Handlers};
 use webhook_inbox::http::{AppState, Limits, app, serve};
-use webhook_inbox::inbox::Effects;
+use webhook_inbox::inbox::{Effect, EffectError};
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::paddle::Paddle;
 
 use crate::support::provider::attempt;
 use crate::support::*;
 
-/// The service's handlers, except that events whose id starts with
-/// `evt_panic` write a subscription and then panic, as a bug would.
-struct PanicsSometimes(Handlers);
+/// The service's `subscription.created`, except that events whose id starts
+/// with `evt_panic` write a subscription and then panic, as a bug would.
+struct PanicsSometimes(SubscriptionCreated);
 
-impl Effects for PanicsSometimes {
-    fn handles(&self, provider: &str, event_type: &str) -> bool {
-        self.0.handles(provider, event_type)
-    }
-
-    fn run<'a>(
-        &'a self,
-        provider: &'a str,
-        conn: &'a mut PgConnection,
-        event: &'a InboxEvent<'a>,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+impl Effect for PanicsSometimes {
+    async fn apply(&self, conn: &mut PgConnection, event: &InboxEvent) -> Result<(), EffectError> {
         if !event.id.starts_with("evt_panic") {
-            return self.0.run(provider, conn, event);
+            return self.0.apply(conn, event).await;
         }
-        Box::pin(async move {
-            sqlx::query("INSERT INTO subscriptions (id, customer_id, status) VALUES ($1, 'ctm_x', 'active')")
-                .bind(format!("sub_partial_{}", event.id))
-                .execute(&mut *conn)
-                .await?;
-            let items: Vec<u32> = Vec::new();
-            let _ = items[3]; // index out of bounds
-            Ok(())
-        })
+        sqlx::query("INSERT INTO subscriptions (id, customer_id, status) VALUES ($1, 'ctm_x', 'active')")
+            .bind(format!("sub_partial_{}", event.id))
+            .execute(&mut *conn)
+            .await?;
+        let items: Vec<u32> = Vec::new();
+        let _ = items[3]; // index out of bounds
+        Ok(())
     }
 }
 
@@ -62,9 +50,14 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
     let providers =
         Registry::default().with(Paddle::new(&[SecretString::from(PADDLE_SECRETS[0])], 300).unwrap());
-    let handlers = Handlers { price_credits: "pri_basic=100".parse().unwrap() };
+    let credits = Arc::new("pri_basic=100".parse().unwrap());
+    let effects = webhook_inbox::effects::all("pri_basic=100".parse().unwrap()).on(
+        "paddle",
+        "subscription.created",
+        PanicsSometimes(SubscriptionCreated(credits)),
+    );
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
-    let state = AppState::new(pool, providers, PanicsSometimes(handlers), limits);
+    let state = AppState::new(pool, providers, effects, limits);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -12,10 +12,6 @@ use crate::operations::{EventFilter, query};
 /// Which rows, how many, and how to print them.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Conditions on the rows.
-    #[command(flatten)]
-    pub filter: EventFilter,
-
     /// Most rows shown.
     #[arg(long, default_value_t = 50)]
     pub limit: u32,
@@ -23,6 +19,10 @@ pub struct ListArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// Conditions on the rows.
+    #[command(flatten)]
+    pub filter: EventFilter,
 }
 
 /// Prints the matching rows, newest first.

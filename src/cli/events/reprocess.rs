@@ -10,8 +10,8 @@ use sqlx::PgPool;
 
 use super::json_line;
 use crate::cli::table;
-use crate::config::HandlersConfig;
-use crate::handlers::Handlers;
+use crate::config::EffectsConfig;
+use crate::inbox::Effects;
 use crate::operations::{EventFilter, Reprocessed, Summary, query, reprocess};
 
 /// One row by id, or every unapplied event matching filters.
@@ -19,10 +19,6 @@ use crate::operations::{EventFilter, Reprocessed, Summary, query, reprocess};
 pub struct ReprocessArgs {
     /// The archive id to reprocess. Without it, filters select a bulk run.
     pub id: Option<i64>,
-
-    /// Bulk: the rows whose events to reprocess (events applied since are left out).
-    #[command(flatten)]
-    pub filter: EventFilter,
 
     /// Bulk: most events reprocessed.
     #[arg(long)]
@@ -36,9 +32,13 @@ pub struct ReprocessArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// The handlers' configuration: reprocessing runs the same handlers as `serve`.
+    /// Bulk: the rows whose events to reprocess (events applied since are left out).
     #[command(flatten)]
-    pub handlers: HandlersConfig,
+    pub filter: EventFilter,
+
+    /// The effects' configuration: reprocessing applies the same effects as `serve`.
+    #[command(flatten)]
+    pub effects: EffectsConfig,
 }
 
 /// Reprocesses and prints each result; fails if an event failed again, so
@@ -49,21 +49,21 @@ pub async fn run(
     request_id: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let handlers = args.handlers.handlers();
+    let effects = crate::cli::effects(&args.effects);
     let summary = match args.id {
         Some(id) => {
             ensure!(
                 args.filter.is_empty() && args.limit.is_none(),
                 "give an archive id or filters, not both"
             );
-            one(pool, &handlers, &args, id, request_id, out).await?
+            one(pool, &effects, &args, id, request_id, out).await?
         }
         None => {
             ensure!(
                 !args.filter.is_empty(),
                 "give an archive id, or filters for a bulk run (e.g. --status FAILED --since 1d)"
             );
-            matching(pool, &handlers, &args, request_id, out).await?
+            matching(pool, &effects, &args, request_id, out).await?
         }
     };
     if summary.failed > 0 {
@@ -74,7 +74,7 @@ pub async fn run(
 
 async fn one(
     pool: &PgPool,
-    handlers: &Handlers,
+    effects: &Effects,
     args: &ReprocessArgs,
     id: i64,
     request_id: &str,
@@ -100,7 +100,7 @@ async fn one(
         }
         return Ok(summary);
     }
-    let reprocessed = reprocess::reprocess(pool, handlers, id, Some(request_id)).await?;
+    let reprocessed = reprocess::reprocess(pool, effects, id, Some(request_id)).await?;
     summary.add(&reprocessed);
     print(out, args.json, None, &reprocessed)?;
     Ok(summary)
@@ -108,7 +108,7 @@ async fn one(
 
 async fn matching(
     pool: &PgPool,
-    handlers: &Handlers,
+    effects: &Effects,
     args: &ReprocessArgs,
     request_id: &str,
     out: &mut dyn Write,
@@ -129,7 +129,7 @@ async fn matching(
     }
     for (done, target) in targets.iter().enumerate() {
         let reprocessed =
-            reprocess::reprocess(pool, handlers, target.id, Some(request_id)).await.with_context(|| {
+            reprocess::reprocess(pool, effects, target.id, Some(request_id)).await.with_context(|| {
                 format!("stopped at archived event {} ({} of {})", target.id, done + 1, targets.len())
             })?;
         summary.add(&reprocessed);

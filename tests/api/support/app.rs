@@ -11,7 +11,6 @@ use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
-use webhook_inbox::handlers::Handlers;
 use webhook_inbox::http::{AppState, BearerToken, Limits, app, serve};
 use webhook_inbox::providers::{ProviderConfig, Registry};
 
@@ -290,9 +289,9 @@ async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
         standard_webhooks: config.standard_webhooks.parse().unwrap(),
     };
     let providers = Registry::configure(&providers, 300).unwrap();
-    let handlers = Handlers { price_credits: PRICE_CREDITS.parse().unwrap() };
+    let effects = webhook_inbox::effects::all(PRICE_CREDITS.parse().unwrap());
     let limits = Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: Duration::from_secs(5) };
-    let mut state = AppState::new(pool, providers, handlers, limits);
+    let mut state = AppState::new(pool, providers, effects, limits);
     let token = |token: &str| BearerToken::new(&secrecy::SecretString::from(token)).unwrap();
     if let Some(admin) = config.admin_token {
         state = state.with_admin_token(token(admin));

@@ -1,27 +1,41 @@
-//! What every provider's delivery boils down to once it is verified and parsed.
+//! What every provider's delivery boils down to once it is verified: its
+//! payload, checked once, and the provider-neutral event read from it.
+
+pub mod json;
+mod payload;
 
 use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 
+pub use payload::Payload;
+
 /// Longest event id or event type accepted. Both go into a btree index, and
 /// every provider we know sends ids of a few dozen bytes.
 pub const MAX_IDENTIFIER_LEN: usize = 255;
 
-/// The provider-neutral view of one delivered event, borrowed from the request.
-#[derive(Debug)]
-pub struct Event<'a> {
+/// The provider-neutral view of one delivered event. Owned, so that it
+/// travels with its delivery from the request to a delivery worker.
+#[derive(Debug, Clone)]
+pub struct Event {
     /// The provider's stable id for the event; the dedup key with the provider name.
-    pub id: Cow<'a, str>,
+    pub id: String,
     /// The provider's event type, e.g. `subscription.created`.
-    pub event_type: Cow<'a, str>,
+    pub event_type: String,
     /// When the provider says the event happened; orders state changes.
     pub occurred_at: Option<DateTime<Utc>>,
     /// Paddle's per-attempt notification id (a dashboard replay gets a new one).
-    pub notification_id: Option<Cow<'a, str>>,
-    /// The event's `data` object, parsed lazily by the handler that needs it.
-    pub data: Option<&'a RawValue>,
+    pub notification_id: Option<String>,
+    /// The event's `data` object, parsed by the effect that needs it.
+    pub data: Option<Box<RawValue>>,
+}
+
+impl Event {
+    /// An event with this id and type and nothing else known yet.
+    pub fn new(id: String, event_type: String) -> Self {
+        Event { id, event_type, occurred_at: None, notification_id: None, data: None }
+    }
 }
 
 /// Why a signed body could not be read as an event: answered with 400.
@@ -61,61 +75,31 @@ impl EventError {
 /// Checks a required identifier (event id or type): present, non-empty,
 /// bounded, and free of control characters (a NUL, which JSON can escape,
 /// is not storable as PostgreSQL text).
-pub fn required<'a>(value: Option<Cow<'a, str>>, field: &'static str) -> Result<Cow<'a, str>, EventError> {
+pub fn required(value: Option<Cow<'_, str>>, field: &'static str) -> Result<String, EventError> {
     match value {
         Some(value) if value.len() > MAX_IDENTIFIER_LEN => Err(EventError::TooLong(field)),
-        Some(value) if !value.is_empty() && !value.chars().any(char::is_control) => Ok(value),
+        Some(value) if !value.is_empty() && !value.chars().any(char::is_control) => Ok(value.into_owned()),
         _ => Err(EventError::Missing(field)),
     }
 }
 
-/// An [`Event`] that owns its data, so it can be handed to a delivery
-/// worker while the request that carried it goes its way.
-#[derive(Debug)]
-pub struct OwnedEvent {
-    id: String,
-    event_type: String,
-    occurred_at: Option<DateTime<Utc>>,
-    notification_id: Option<String>,
-    data: Option<Box<RawValue>>,
+/// An event time written as RFC 3339 text in `field`.
+pub fn time_from_rfc3339(text: &str, field: &'static str) -> Result<DateTime<Utc>, EventError> {
+    let time = DateTime::parse_from_rfc3339(text).map_err(|_| EventError::InvalidTimestamp(field))?;
+    Ok(time.with_timezone(&Utc))
 }
 
-impl OwnedEvent {
-    /// The event's id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// When the provider says the event happened.
-    pub fn occurred_at(&self) -> Option<DateTime<Utc>> {
-        self.occurred_at
-    }
-
-    /// The event's type.
-    pub fn event_type(&self) -> &str {
-        &self.event_type
-    }
-
-    /// The event, borrowed from here.
-    pub fn as_event(&self) -> Event<'_> {
-        Event {
-            id: Cow::Borrowed(&self.id),
-            event_type: Cow::Borrowed(&self.event_type),
-            occurred_at: self.occurred_at,
-            notification_id: self.notification_id.as_deref().map(Cow::Borrowed),
-            data: self.data.as_deref(),
-        }
-    }
+/// An event time written as seconds since the epoch in `field`.
+pub fn time_from_unix_seconds(seconds: i64, field: &'static str) -> Result<DateTime<Utc>, EventError> {
+    DateTime::from_timestamp(seconds, 0).ok_or(EventError::InvalidTimestamp(field))
 }
 
-impl From<Event<'_>> for OwnedEvent {
-    fn from(event: Event<'_>) -> Self {
-        OwnedEvent {
-            id: event.id.into_owned(),
-            event_type: event.event_type.into_owned(),
-            occurred_at: event.occurred_at,
-            notification_id: event.notification_id.map(Cow::into_owned),
-            data: event.data.map(ToOwned::to_owned),
-        }
-    }
+/// An event time written as milliseconds since the epoch in `field`.
+pub fn time_from_unix_millis(millis: i64, field: &'static str) -> Result<DateTime<Utc>, EventError> {
+    DateTime::from_timestamp_millis(millis).ok_or(EventError::InvalidTimestamp(field))
+}
+
+/// A body's `data`, owned by its event.
+pub fn data(raw: Option<&RawValue>) -> Option<Box<RawValue>> {
+    raw.map(ToOwned::to_owned)
 }

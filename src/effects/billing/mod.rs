@@ -16,11 +16,24 @@ pub mod transactions;
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::HandlerError;
+use crate::inbox::{EffectError, Effects};
+use crate::providers::paddle::Paddle;
+use subscriptions::{SubscriptionChanged, SubscriptionCreated};
+use transactions::TransactionCompleted;
+
+/// Paddle's events with effects here: subscriptions and renewals.
+pub fn register(effects: Effects, price_credits: PriceCredits) -> Effects {
+    let price_credits = Arc::new(price_credits);
+    effects
+        .on(Paddle::NAME, "subscription.created", SubscriptionCreated(price_credits.clone()))
+        .on_each(Paddle::NAME, &subscriptions::CHANGES, SubscriptionChanged)
+        .on(Paddle::NAME, "transaction.completed", TransactionCompleted(price_credits))
+}
 
 /// Credits per unit of each Paddle price id, from `PADDLE_PRICE_CREDITS`
 /// (`"pri_a=100,pri_b=500"`). Prices not listed grant nothing.
@@ -39,11 +52,11 @@ impl PriceCredits {
     }
 
     /// Credits for a list of items: the sum of quantity × credits per unit.
-    fn for_items(&self, items: &[Item]) -> Result<i64, HandlerError> {
+    fn for_items(&self, items: &[Item]) -> Result<i64, EffectError> {
         items
             .iter()
             .try_fold(0i64, |sum, item| self.for_item(&item.price.id, item.quantity)?.checked_add(sum))
-            .ok_or_else(|| HandlerError::Invalid("credit amount overflows".into()))
+            .ok_or_else(|| EffectError::Invalid("credit amount overflows".into()))
     }
 }
 

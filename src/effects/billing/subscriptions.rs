@@ -1,6 +1,8 @@
 //! `subscription.*`: the `subscriptions` projection, the initial credits,
 //! and the downgrade notice.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -10,8 +12,9 @@ use tracing::instrument;
 
 use super::credits::{self, Grant};
 use super::{CustomData, Item, Period, PriceCredits, user_id};
+use crate::effects::{data, log_stale, ordered_at};
 use crate::event::Event;
-use crate::handlers::{HandlerError, data, log_stale, ordered_at};
+use crate::inbox::{Effect, EffectError};
 use crate::outbox::{self, Email, EmailKind};
 
 /// The part of a Paddle subscription entity the projection keeps.
@@ -31,52 +34,68 @@ struct Subscription {
 }
 
 impl Subscription {
-    fn id(&self, event: &Event<'_>) -> Result<&str, HandlerError> {
+    fn id(&self, event: &Event) -> Result<&str, EffectError> {
         self.id
             .as_deref()
-            .ok_or_else(|| HandlerError::Invalid(format!("{} without data.id", event.event_type)))
+            .ok_or_else(|| EffectError::Invalid(format!("{} without data.id", event.event_type)))
     }
 }
+
+/// Every `subscription.*` type other than `created` that carries the
+/// subscription entity.
+pub const CHANGES: [&str; 7] = [
+    "subscription.updated",
+    "subscription.activated",
+    "subscription.trialing",
+    "subscription.past_due",
+    "subscription.paused",
+    "subscription.resumed",
+    "subscription.canceled",
+];
 
 /// `subscription.created`: the projection, and the credits of the items it
 /// was created with, once per subscription (cause `subscription:<id>:initial`),
 /// even when a newer event already wrote the projection.
-#[instrument(skip_all)]
-pub async fn subscription_created(
-    conn: &mut PgConnection,
-    event: &Event<'_>,
-    price_credits: &PriceCredits,
-) -> Result<(), HandlerError> {
-    let subscription: Subscription = data(event)?;
-    let id = subscription.id(event)?;
-    let amount = price_credits.for_items(&subscription.items)?;
-    project(conn, event, &subscription).await?;
-    let grant = Grant {
-        cause: format!("subscription:{id}:initial"),
-        event_id: &event.id,
-        subscription_id: id,
-        user_id: user_id(&subscription.custom_data),
-        amount,
-        period_starts_at: subscription.current_billing_period.as_ref().map(|p| p.starts_at),
-    };
-    credits::grant(conn, &grant).await?;
-    Ok(())
+pub struct SubscriptionCreated(pub Arc<PriceCredits>);
+
+impl Effect for SubscriptionCreated {
+    #[instrument(name = "subscription_created", skip_all)]
+    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
+        let subscription: Subscription = data(event)?;
+        let id = subscription.id(event)?;
+        let amount = self.0.for_items(&subscription.items)?;
+        project(conn, event, &subscription).await?;
+        let grant = Grant {
+            cause: format!("subscription:{id}:initial"),
+            event_id: &event.id,
+            subscription_id: id,
+            user_id: user_id(&subscription.custom_data),
+            amount,
+            period_starts_at: subscription.current_billing_period.as_ref().map(|p| p.starts_at),
+        };
+        credits::grant(conn, &grant).await?;
+        Ok(())
+    }
 }
 
-/// Every other `subscription.*` event: the projection only.
-#[instrument(skip_all)]
-pub async fn subscription_changed(conn: &mut PgConnection, event: &Event<'_>) -> Result<(), HandlerError> {
-    let subscription: Subscription = data(event)?;
-    project(conn, event, &subscription).await
+/// Every other `subscription.*` event ([`CHANGES`]): the projection only.
+pub struct SubscriptionChanged;
+
+impl Effect for SubscriptionChanged {
+    #[instrument(name = "subscription_changed", skip_all)]
+    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
+        let subscription: Subscription = data(event)?;
+        project(conn, event, &subscription).await
+    }
 }
 
 /// Writes the projection if the event is newer than what wrote it last, and
 /// enqueues the downgrade notice when the subscription ends up canceled.
 async fn project(
     conn: &mut PgConnection,
-    event: &Event<'_>,
+    event: &Event,
     subscription: &Subscription,
-) -> Result<(), HandlerError> {
+) -> Result<(), EffectError> {
     let id = subscription.id(event)?;
     let at = ordered_at(event, subscription.updated_at)?;
     let items: Vec<Value> = subscription
@@ -122,7 +141,7 @@ async fn project(
     .bind(subscription.canceled_at)
     .bind(subscription.created_at)
     .bind(at)
-    .bind(event.id.as_ref())
+    .bind(event.id.as_str())
     .fetch_optional(&mut *conn)
     .await?;
 

@@ -5,8 +5,9 @@ use serde::Deserialize;
 use sqlx::PgConnection;
 use tracing::instrument;
 
+use crate::effects::{data, log_stale, ordered_at};
 use crate::event::Event;
-use crate::handlers::{HandlerError, data, log_stale, ordered_at};
+use crate::inbox::{Effect, EffectError};
 use crate::outbox::{self, Email, EmailKind};
 
 /// The part of a Clerk user object the projection keeps.
@@ -49,29 +50,37 @@ fn from_millis(millis: Option<i64>) -> Option<DateTime<Utc>> {
 
 /// `user.created`: the projection, and one welcome email per user (cause
 /// `user:<id>:welcome`), unless the user is already deleted.
-#[instrument(skip_all)]
-pub async fn user_created(conn: &mut PgConnection, event: &Event<'_>) -> Result<(), HandlerError> {
-    let user: User = data(event)?;
-    if project(conn, event, &user).await? == Projected::Deleted {
-        return Ok(());
+pub struct UserCreated;
+
+impl Effect for UserCreated {
+    #[instrument(name = "user_created", skip_all)]
+    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
+        let user: User = data(event)?;
+        if project(conn, event, &user).await? == Projected::Deleted {
+            return Ok(());
+        }
+        let welcome = Email {
+            cause: format!("user:{}:welcome", user.id),
+            kind: EmailKind::Welcome,
+            user_id: Some(&user.id),
+            subscription_id: None,
+            event_id: &event.id,
+        };
+        outbox::enqueue(conn, &welcome).await?;
+        Ok(())
     }
-    let welcome = Email {
-        cause: format!("user:{}:welcome", user.id),
-        kind: EmailKind::Welcome,
-        user_id: Some(&user.id),
-        subscription_id: None,
-        event_id: &event.id,
-    };
-    outbox::enqueue(conn, &welcome).await?;
-    Ok(())
 }
 
 /// `user.updated`: the projection only.
-#[instrument(skip_all)]
-pub async fn user_updated(conn: &mut PgConnection, event: &Event<'_>) -> Result<(), HandlerError> {
-    let user: User = data(event)?;
-    project(conn, event, &user).await?;
-    Ok(())
+pub struct UserUpdated;
+
+impl Effect for UserUpdated {
+    #[instrument(name = "user_updated", skip_all)]
+    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
+        let user: User = data(event)?;
+        project(conn, event, &user).await?;
+        Ok(())
+    }
 }
 
 /// `user.deleted`: a soft delete that scrubs the personal fields, and gives
@@ -81,33 +90,37 @@ pub async fn user_updated(conn: &mut PgConnection, event: &Event<'_>) -> Result<
 /// anything, even an event stamped later by a skewed clock. Every later
 /// `user.*` event finds `deleted_at` set and changes nothing, so personal
 /// data never comes back.
-#[instrument(skip_all)]
-pub async fn user_deleted(conn: &mut PgConnection, event: &Event<'_>) -> Result<(), HandlerError> {
-    let user: DeletedUser = data(event)?;
-    let at = ordered_at(event, None)?;
-    let deleted = sqlx::query(
-        "INSERT INTO users AS u (id, deleted_at, last_event_at, last_event_id)
-         VALUES ($1, $2, $2, $3)
-         ON CONFLICT (id) DO UPDATE
-         SET email = NULL,
-             first_name = NULL,
-             last_name = NULL,
-             deleted_at = EXCLUDED.deleted_at,
-             last_event_at = GREATEST(u.last_event_at, EXCLUDED.last_event_at),
-             last_event_id = EXCLUDED.last_event_id
-         WHERE u.deleted_at IS NULL",
-    )
-    .bind(&user.id)
-    .bind(at)
-    .bind(event.id.as_ref())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if deleted == 0 {
-        log_stale(event, "user", &user.id);
+pub struct UserDeleted;
+
+impl Effect for UserDeleted {
+    #[instrument(name = "user_deleted", skip_all)]
+    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
+        let user: DeletedUser = data(event)?;
+        let at = ordered_at(event, None)?;
+        let deleted = sqlx::query(
+            "INSERT INTO users AS u (id, deleted_at, last_event_at, last_event_id)
+             VALUES ($1, $2, $2, $3)
+             ON CONFLICT (id) DO UPDATE
+             SET email = NULL,
+                 first_name = NULL,
+                 last_name = NULL,
+                 deleted_at = EXCLUDED.deleted_at,
+                 last_event_at = GREATEST(u.last_event_at, EXCLUDED.last_event_at),
+                 last_event_id = EXCLUDED.last_event_id
+             WHERE u.deleted_at IS NULL",
+        )
+        .bind(&user.id)
+        .bind(at)
+        .bind(event.id.as_str())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        if deleted == 0 {
+            log_stale(event, "user", &user.id);
+        }
+        outbox::give_up_for_user(conn, &user.id, "user deleted").await?;
+        Ok(())
     }
-    outbox::give_up_for_user(conn, &user.id, "user deleted").await?;
-    Ok(())
 }
 
 /// What became of the projection row.
@@ -123,7 +136,7 @@ enum Projected {
 
 /// Writes the user if the event is newer than what wrote the row last and
 /// the user is not deleted.
-async fn project(conn: &mut PgConnection, event: &Event<'_>, user: &User) -> Result<Projected, HandlerError> {
+async fn project(conn: &mut PgConnection, event: &Event, user: &User) -> Result<Projected, EffectError> {
     let at = ordered_at(event, from_millis(user.updated_at))?;
     let written = sqlx::query(
         "INSERT INTO users AS u (id, email, first_name, last_name, created_at, last_event_at, last_event_id)
@@ -145,7 +158,7 @@ async fn project(conn: &mut PgConnection, event: &Event<'_>, user: &User) -> Res
     .bind(&user.last_name)
     .bind(from_millis(user.created_at).unwrap_or(at))
     .bind(at)
-    .bind(event.id.as_ref())
+    .bind(event.id.as_str())
     .execute(&mut *conn)
     .await?
     .rows_affected();

@@ -1,0 +1,60 @@
+//! Effects: what each event changes in the domain. Every effect runs inside
+//! the delivery's transaction, after its dedup row is inserted, so its
+//! writes (projections, ledger, outbox) commit if and only if the event is
+//! recorded as processed.
+//!
+//! One folder per domain, one file per entity. Each domain registers which
+//! of its provider's event types have which effect ([`inbox::Effect`]);
+//! [`all`] lists the domains. Adding effects for a new provider is a domain
+//! folder and a line there.
+
+pub mod accounts;
+pub mod billing;
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+
+use crate::event::Event;
+use crate::inbox::{self, EffectError};
+use billing::PriceCredits;
+
+/// The service's effects, configured: every domain's.
+pub fn all(price_credits: PriceCredits) -> inbox::Effects {
+    let effects = inbox::Effects::default();
+    let effects = billing::register(effects, price_credits);
+    accounts::register(effects)
+}
+
+/// Deserializes the event's `data` object into the effect's view of it.
+fn data<T: DeserializeOwned>(event: &Event) -> Result<T, EffectError> {
+    let data = event
+        .data
+        .as_deref()
+        .ok_or_else(|| EffectError::Invalid(format!("{} without data", event.event_type)))?;
+    serde_json::from_str(data.get())
+        .map_err(|e| EffectError::Invalid(format!("{} with unexpected data: {e}", event.event_type)))
+}
+
+/// The provider time that orders the event against others about the same
+/// entity: the envelope's (Paddle `occurred_at`, Clerk `timestamp`), else
+/// the entity's own `updated_at`. Without either the event cannot be ordered,
+/// and applying it blindly could roll newer state back, so it fails (and the
+/// archive row says why).
+fn ordered_at(event: &Event, updated_at: Option<DateTime<Utc>>) -> Result<DateTime<Utc>, EffectError> {
+    event.occurred_at.or(updated_at).ok_or_else(|| {
+        EffectError::Invalid(format!("{} without a timestamp to order it by", event.event_type))
+    })
+}
+
+/// Says, without any payload, that an event was older than the state it
+/// would have changed, so it changed nothing.
+fn log_stale(event: &Event, entity: &str, entity_id: &str) {
+    tracing::info!(
+        event_id = %event.id,
+        event_type = %event.event_type,
+        entity,
+        entity_id,
+        occurred_at = ?event.occurred_at,
+        "stale event: the projection is already newer; nothing changed"
+    );
+}

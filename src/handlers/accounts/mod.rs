@@ -1,3 +1,0 @@
-//! Clerk: the `users` projection.
-
-pub mod users;

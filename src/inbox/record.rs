@@ -1,0 +1,79 @@
+//! The recording lane's work: deliveries of events without side effects,
+//! each one statement (archive row and dedup row), alone or together.
+
+use std::collections::HashSet;
+
+use sqlx::PgConnection;
+
+use super::{InboxError, Outcome, ToRecord, archive};
+
+/// Records a delivery. Nothing can fail after the dedup insert, so one
+/// autocommitted statement is the whole transaction.
+pub async fn record(conn: &mut PgConnection, delivery: &ToRecord) -> Result<Outcome, InboxError> {
+    let (archive_id, first) = archive::record(conn, delivery.delivery()).await?;
+    Ok(Outcome::recorded(archive_id, first))
+}
+
+/// Records several deliveries, each as [`record`] would, in input order, but
+/// in one statement with one commit. A second delivery of an event in the
+/// same call is then recorded on its own. So is every delivery of a batch
+/// that fails for any reason but a lost connection (a payload PostgreSQL
+/// refuses, a lock wait past its bound), so that each gets its own answer;
+/// such a fallback is logged with its cause and counted in `fallbacks`.
+pub async fn record_together(
+    conn: &mut PgConnection,
+    deliveries: &[&ToRecord],
+    fallbacks: &metrics::Counter,
+) -> Vec<Result<Outcome, InboxError>> {
+    let mut results: Vec<Option<Result<Outcome, InboxError>>> = deliveries.iter().map(|_| None).collect();
+    let mut keys = HashSet::new();
+    let batch: Vec<usize> = (0..deliveries.len())
+        .filter(|&i| {
+            let delivery = deliveries[i].delivery();
+            keys.insert((delivery.provider.as_str(), delivery.event.id.as_str()))
+        })
+        .collect();
+    if batch.len() > 1 {
+        let members: Vec<_> = batch.iter().map(|&i| deliveries[i].delivery()).collect();
+        match archive::record_many(conn, &members).await.map_err(InboxError::from) {
+            Ok(recorded) => {
+                for (&i, (archive_id, first)) in batch.iter().zip(recorded) {
+                    results[i] = Some(Ok(Outcome::recorded(archive_id, first)));
+                }
+            }
+            Err(InboxError::Unavailable(error)) => return answer_rest(results, &error),
+            Err(cause) => {
+                let request_ids: Vec<&str> =
+                    members.iter().filter_map(|delivery| delivery.request_id.as_deref()).collect();
+                tracing::warn!(
+                    error = %cause,
+                    deliveries = members.len(),
+                    ?request_ids,
+                    "recording a batch failed: recording its deliveries one at a time"
+                );
+                fallbacks.increment(1);
+            }
+        }
+    }
+    for (i, delivery) in deliveries.iter().enumerate() {
+        if results[i].is_none() {
+            match record(&mut *conn, delivery).await {
+                Err(InboxError::Unavailable(error)) => return answer_rest(results, &error),
+                result => results[i] = Some(result),
+            }
+        }
+    }
+    results.into_iter().map(|result| result.expect("every delivery was answered")).collect()
+}
+
+/// Completes the answers once the connection is lost: the deliveries not
+/// yet answered are not known to have committed, so none of them gets a 2xx.
+fn answer_rest(
+    results: Vec<Option<Result<Outcome, InboxError>>>,
+    error: &sqlx::Error,
+) -> Vec<Result<Outcome, InboxError>> {
+    results
+        .into_iter()
+        .map(|result| result.unwrap_or_else(|| Err(InboxError::connection_lost(error))))
+        .collect()
+}
