@@ -7,7 +7,7 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use secrecy::{ExposeSecret, SecretString};
 use uuid::Uuid;
 
-use super::{EmailKind, Templates};
+use super::{EmailKind, Templates, Values};
 
 /// Why a [`Mailer`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +29,8 @@ pub struct Outgoing<'a> {
     pub kind: EmailKind,
     /// The recipient's address.
     pub to: &'a str,
-    /// Values for the template's placeholders.
-    pub values: &'a [(&'a str, &'a str)],
+    /// What the template shows.
+    pub values: Values<'a>,
 }
 
 /// Sends outbox emails over SMTP.
@@ -85,7 +85,10 @@ impl Mailer {
     /// Sends `email`; the error is a one-line description for `last_error`.
     pub async fn send(&self, email: &Outgoing<'_>) -> Result<(), String> {
         let to: Mailbox = email.to.parse().map_err(|e| format!("invalid recipient address: {e}"))?;
-        let rendered = self.templates.of(email.kind).render(email.values);
+        let rendered = self
+            .templates
+            .render(email.kind, &email.values)
+            .map_err(|e| format!("cannot render the {} template: {e}", email.kind.as_str()))?;
         let message = Message::builder()
             .from(self.from.clone())
             .to(to)

@@ -15,7 +15,7 @@ use sqlx::PgConnection;
 use tracing::instrument;
 
 pub use mailer::{Mailer, MailerError};
-pub use templates::{Template, Templates};
+pub use templates::{Rendered, Templates, Values};
 pub use worker::Emails;
 
 /// What an email is for; each kind has its template.

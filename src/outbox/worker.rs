@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::EmailKind;
 use super::mailer::{Mailer, Outgoing};
 use super::queue::{self, Claimed, Sent};
+use super::{EmailKind, Values};
 use crate::queue::{Done, Outcome, Queue, Schedule};
 
 /// Emails sent at once, and claimed per claim.
@@ -100,13 +100,13 @@ impl Emails {
             )
         })?;
         let name = row.first_name.as_deref().filter(|name| !name.is_empty()).unwrap_or(to);
-        let values = [
-            ("name", name),
-            ("first_name", row.first_name.as_deref().unwrap_or("")),
-            ("last_name", row.last_name.as_deref().unwrap_or("")),
-            ("email", to),
-            ("subscription_id", row.subscription_id.as_deref().unwrap_or("")),
-        ];
-        self.mailer.send(&Outgoing { id: row.id, kind, to, values: &values }).await
+        let values = Values {
+            name,
+            first_name: row.first_name.as_deref().unwrap_or(""),
+            last_name: row.last_name.as_deref().unwrap_or(""),
+            email: to,
+            subscription_id: row.subscription_id.as_deref().unwrap_or(""),
+        };
+        self.mailer.send(&Outgoing { id: row.id, kind, to, values }).await
     }
 }

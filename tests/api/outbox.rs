@@ -42,6 +42,22 @@ async fn the_welcome_email_is_sent_once_with_a_message_id_derived_from_its_outbo
 }
 
 #[tokio::test]
+async fn a_placeholder_in_a_users_name_is_sent_as_text_not_filled_in() {
+    let app = TestApp::spawn().await;
+    let smtp = SmtpServer::start().await;
+    let mut created = user("created", "user_01", "user_01@example.com", 1_000);
+    created["data"]["first_name"] = "{{email}} <{{subscription_id}}>".into();
+    assert_eq!(app.send(&clerk("msg_user_01", &created)).await.body["status"], "processed");
+
+    assert_eq!(worker(app.pool(), &smtp).run_once(Utc::now()).await.unwrap().sent, 1);
+    let message = &smtp.messages()[0];
+    assert_eq!(message.header("Subject"), Some("Welcome, {{email}} <{{subscription_id}}>"));
+    assert!(message.data.contains("Hello {{email}} <{{subscription_id}}>,"), "{}", message.data);
+    assert!(message.data.contains("Hello {{email}} &lt;{{subscription_id}}&gt;,"), "{}", message.data);
+    assert!(!message.data.contains("Hello user_01@example.com"), "{}", message.data);
+}
+
+#[tokio::test]
 async fn while_smtp_is_down_emails_stay_pending_with_the_error_and_once_it_is_back_each_is_sent_once() {
     let app = TestApp::spawn().await;
     let smtp = SmtpServer::start().await;
