@@ -5,11 +5,13 @@ use std::io::{self, Write};
 use chrono::{DateTime, Utc};
 
 use crate::operations::ArchivedDelivery;
+use crate::operations::display::visible;
 
 /// Longest error message shown in a table; `events show` prints it whole.
 const ERROR_WIDTH: usize = 60;
 
-/// Writes `rows` as a table with a header line.
+/// Writes `rows` as a table with a header line, hidden characters of the
+/// stored values escaped.
 pub fn deliveries(out: &mut dyn Write, rows: &[ArchivedDelivery]) -> io::Result<()> {
     let header = ["ID", "CREATED (UTC)", "STATUS", "PROVIDER", "TYPE", "EVENT ID", "REPROCESS OF", "ERROR"];
     let lines: Vec<[String; 8]> = rows
@@ -19,11 +21,11 @@ pub fn deliveries(out: &mut dyn Write, rows: &[ArchivedDelivery]) -> io::Result<
                 row.id.to_string(),
                 time(row.created_at),
                 row.processing_status.clone(),
-                row.provider.clone(),
-                row.event_type.clone(),
-                row.event_id.clone(),
+                visible(&row.provider).into_owned(),
+                visible(&row.event_type).into_owned(),
+                visible(&row.event_id).into_owned(),
                 row.reprocess_of.map(|id| id.to_string()).unwrap_or_default(),
-                row.error_message.as_deref().map(first_line).unwrap_or_default(),
+                row.error_message.as_deref().map(|error| first_line(&visible(error))).unwrap_or_default(),
             ]
         })
         .collect();

@@ -61,12 +61,13 @@ pub struct EventFilter {
 
     /// Only deliveries from this provider.
     #[arg(long, help = provider_help())]
-    pub provider: Option<String>,
+    #[serde(default, deserialize_with = "parsed")]
+    pub provider: Option<FilterValue>,
 
     /// Only events of this type (e.g. subscription.created).
     #[arg(long = "type", value_name = "TYPE")]
-    #[serde(rename = "type")]
-    pub event_type: Option<String>,
+    #[serde(default, rename = "type", deserialize_with = "parsed")]
+    pub event_type: Option<FilterValue>,
 
     /// Only rows archived since then: a duration back from now (30m, 2h, 1d) or an RFC 3339 time.
     #[arg(long)]
@@ -80,7 +81,27 @@ pub struct EventFilter {
 
     /// Only deliveries of this event id.
     #[arg(long)]
-    pub event_id: Option<String>,
+    #[serde(default, deserialize_with = "parsed")]
+    pub event_id: Option<FilterValue>,
+}
+
+/// A provider, event type or event id to match archive rows with.
+///
+/// Why control characters are refused: the stored identifiers have none
+/// (the providers' parsers refuse them), so such a value matches nothing,
+/// and a NUL, which PostgreSQL text cannot hold, would fail the query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterValue(String);
+
+impl FromStr for FilterValue {
+    type Err = &'static str;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.chars().any(char::is_control) {
+            return Err("a filter value must not contain control characters");
+        }
+        Ok(FilterValue(text.to_string()))
+    }
 }
 
 /// `--provider`'s help, naming every built-in provider.
@@ -109,10 +130,10 @@ impl EventFilter {
             // bound parameter would hide that from a generic plan).
             sql.push(format_args!(" AND {table}.processing_status = '{}'", status.as_str()));
         }
-        if let Some(provider) = &self.provider {
+        if let Some(FilterValue(provider)) = &self.provider {
             sql.push(format_args!(" AND {table}.provider = ")).push_bind(provider.clone());
         }
-        if let Some(event_type) = &self.event_type {
+        if let Some(FilterValue(event_type)) = &self.event_type {
             sql.push(format_args!(" AND {table}.event_type = ")).push_bind(event_type.clone());
         }
         if let Some(Since(since)) = self.since {
@@ -121,7 +142,7 @@ impl EventFilter {
         if let Some(Since(until)) = self.until {
             sql.push(format_args!(" AND {table}.created_at < ")).push_bind(until);
         }
-        if let Some(event_id) = &self.event_id {
+        if let Some(FilterValue(event_id)) = &self.event_id {
             sql.push(format_args!(" AND {table}.event_id = ")).push_bind(event_id.clone());
         }
     }

@@ -6,6 +6,7 @@
 pub mod age;
 pub mod audit;
 pub mod bulk;
+pub mod display;
 pub mod filter;
 pub mod overview;
 pub mod page;

@@ -137,3 +137,45 @@ async fn show_of_an_unknown_id_fails_with_a_reason() {
     assert_eq!(run.error.as_deref(), Some("archived event 999 not found"));
     assert_eq!(run.stdout, "");
 }
+
+#[tokio::test]
+async fn stored_values_that_could_drive_a_terminal_or_hide_characters_are_printed_escaped() {
+    let app = TestApp::spawn().await;
+    // Accepted as signed (a provider's own id is never refused for it) and stored as sent.
+    let (event_id, event_type) = ("evt_\u{202e}1\u{200b}", "customer\u{2066}.updated");
+    let link = "\u{1b}]8;;https://evil.example\u{1b}\\click\u{1b}]8;;\u{1b}\\";
+    let event = json!({ "event_id": event_id, "event_type": event_type,
+                        "data": { "name": link, "c1": "\u{9b}2J", "clear": "\u{1b}[2J" } });
+    assert_eq!(app.send(&paddle(&event)).await.body["status"], "processed");
+    let id = app.archive_ids().await[0].to_string();
+
+    let printed = [
+        cli(&app.db, &["events", "list"]).await.ok(),
+        cli(&app.db, &["events", "show", &id]).await.ok(),
+        cli(&app.db, &["events", "list", "--json"]).await.ok(),
+        cli(&app.db, &["events", "show", "--json", &id]).await.ok(),
+        cli(&app.db, &["events", "reprocess", "--dry-run", &id]).await.ok(),
+    ];
+    for output in &printed {
+        let hidden: Vec<char> =
+            output.chars().filter(|&c| c != '\n' && (c.is_control() || !c.is_ascii())).collect();
+        assert_eq!(hidden, Vec::<char>::new(), "{output}");
+    }
+    let [table, show, list_json, show_json, dry_run] = &printed;
+    for text in [table, show, dry_run] {
+        assert!(
+            text.contains("evt_\\u{202e}1\\u{200b}") && text.contains("customer\\u{2066}.updated"),
+            "{text}"
+        );
+    }
+    assert!(show.contains(r#""name": "\u001b]8;;https://evil.example\u001b\\click"#), "{show}");
+    assert!(show.contains(r#""c1": "\u009b2J""#), "{show}");
+    // The JSON output is escaped JSON: the same values, byte for byte.
+    let listed: Value = serde_json::from_str(list_json.trim()).unwrap();
+    assert_eq!(
+        (listed["event_id"].as_str(), listed["event_type"].as_str()),
+        (Some(event_id), Some(event_type))
+    );
+    let shown: Value = serde_json::from_str(show_json.trim()).unwrap();
+    assert_eq!(shown["event"]["payload"], event);
+}

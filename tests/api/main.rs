@@ -17,6 +17,7 @@ mod database_harness;
 mod delivery;
 mod events_cli;
 mod handler_failure;
+mod hostile_admin_input;
 mod hostile_input;
 mod metrics;
 mod migrate;

@@ -10,6 +10,8 @@ use clap::Subcommand;
 use serde::Serialize;
 use sqlx::PgPool;
 
+use crate::operations::display;
+
 /// The `events` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
@@ -35,9 +37,9 @@ pub async fn run(
     }
 }
 
-/// Writes `value` as one line of JSON (the `--json` output).
+/// Writes `value` as one line of JSON (the `--json` output), hidden
+/// characters escaped (the same JSON value, safe on a terminal).
 fn json_line(out: &mut dyn Write, value: &impl Serialize) -> anyhow::Result<()> {
-    serde_json::to_writer(&mut *out, value)?;
-    writeln!(out)?;
+    writeln!(out, "{}", display::visible_json(&serde_json::to_string(value)?))?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use super::json_line;
 use crate::cli::table;
 use crate::config::EffectsConfig;
 use crate::inbox::Effects;
+use crate::operations::display::visible;
 use crate::operations::{EventFilter, Reprocessed, Summary, query, reprocess};
 
 /// One row by id, or every unapplied event matching filters.
@@ -95,7 +96,10 @@ async fn one(
             writeln!(
                 out,
                 "would reprocess #{} ({} {} {}): {fate}",
-                row.id, row.provider, row.event_id, row.event_type
+                row.id,
+                visible(&row.provider),
+                visible(&row.event_id),
+                visible(&row.event_type)
             )?;
         }
         return Ok(summary);
@@ -161,9 +165,10 @@ fn print(
     if let Some((done, total)) = progress {
         write!(out, "[{done}/{total}] ")?;
     }
+    let (provider, event_id) = (visible(provider), visible(event_id));
     write!(out, "#{reprocess_of} {provider} {event_id} -> #{archive_id} {status}")?;
     match error {
-        Some(error) => writeln!(out, ": {error}")?,
+        Some(error) => writeln!(out, ": {}", visible(error))?,
         None => writeln!(out)?,
     }
     Ok(())

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use super::json_line;
 use crate::cli::table;
-use crate::operations::query;
+use crate::operations::{display, query};
 
 /// Which row, and how to print it.
 #[derive(Debug, Args)]
@@ -51,10 +51,12 @@ pub async fn run(pool: &PgPool, args: ShowArgs, out: &mut dyn Write) -> anyhow::
             event.event_applied_at.map_or_else(|| "no".into(), |at| format!("yes, {}", table::time(at))),
         ),
     ];
+    // Stored values come from providers (and error messages quote them):
+    // nothing in them may drive the terminal or hide a character.
     for (name, value) in fields {
-        writeln!(out, "{name:<18}{value}")?;
+        writeln!(out, "{name:<18}{}", display::visible(&value))?;
     }
-    writeln!(out, "payload:\n{}", serde_json::to_string_pretty(&event.payload)?)?;
+    writeln!(out, "payload:\n{}", display::visible_json(&serde_json::to_string_pretty(&event.payload)?))?;
     if shown.other_deliveries.is_empty() {
         writeln!(out, "\nNo other delivery of this event is archived.")?;
     } else {

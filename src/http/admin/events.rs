@@ -1,10 +1,13 @@
 //! `/admin/events`: list, show and reprocess archived deliveries.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
@@ -23,26 +26,48 @@ const BULK: u32 = 100;
 /// Most events per bulk request; the CLI has no such bound.
 const MAX_BULK: u32 = 1000;
 
-/// Pagination parameters of `GET /admin/events`.
+/// The fields of a request that no parameter has, collected by
+/// `#[serde(flatten)]` after the known ones took theirs.
+///
+/// Why refused rather than ignored: a misspelt filter (`stauts`) would
+/// otherwise drop a condition, and list or reprocess more than was meant.
 #[derive(Deserialize)]
-pub struct Paging {
+#[serde(transparent)]
+struct UnknownFields(BTreeMap<String, IgnoredAny>);
+
+impl UnknownFields {
+    fn refuse(&self) -> Result<(), ApiError> {
+        match self.0.keys().next() {
+            Some(name) => Err(ApiError::BadRequest(format!("unknown field {name:?}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The query of `GET /admin/events`: the filters, then the page.
+#[derive(Deserialize)]
+pub struct ListQuery {
+    #[serde(flatten)]
+    filter: EventFilter,
     #[serde(default, deserialize_with = "parsed")]
     limit: Option<u32>,
     #[serde(default, deserialize_with = "parsed")]
     cursor: Option<Cursor>,
+    #[serde(flatten)]
+    unknown: UnknownFields,
 }
 
-/// `GET /admin/events?status=&provider=&type=&since=&event_id=&limit=&cursor=`:
+/// `GET /admin/events?status=&provider=&type=&since=&until=&event_id=&limit=&cursor=`:
 /// newest first; `next_cursor`, when not null, fetches the next page.
 pub async fn list(
     State(state): State<AppState>,
-    filter: Result<Query<EventFilter>, QueryRejection>,
-    paging: Result<Query<Paging>, QueryRejection>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Page>, ApiError> {
-    let Query(filter) = filter.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let Query(wanted) = paging.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let limit = wanted.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
-    Ok(Json(page::page(&state.pool, &filter, limit, wanted.cursor).await?))
+    let Query(ListQuery { filter, limit, cursor, unknown }) =
+        query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    unknown.refuse()?;
+    let limit = limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
+    Ok(Json(page::page(&state.pool, &filter, limit, cursor).await?))
 }
 
 /// `GET /admin/events/{id}`: every column and the event's other deliveries.
@@ -76,6 +101,8 @@ pub struct Bulk {
     #[serde(default)]
     dry_run: bool,
     limit: Option<u32>,
+    #[serde(flatten)]
+    unknown: UnknownFields,
 }
 
 /// `POST /admin/events/reprocess`: reprocesses the events matching the
@@ -87,6 +114,7 @@ pub async fn reprocess_matching(
     body: Result<Json<Bulk>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(asked) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    asked.unknown.refuse()?;
     if asked.filter.is_empty() {
         return Err(ApiError::BadRequest(
             "a bulk reprocess needs at least one filter, e.g. {\"status\": \"FAILED\", \"since\": \"1d\"}"
