@@ -81,11 +81,14 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
 }
 
 /// The effects, configured: what `serve` applies and `events reprocess`
-/// applies again. Warns when no price grants credits: an event applied then
-/// (reprocessed ones too) is never credited later.
+/// applies again. Warns when no price is listed: every Paddle subscription
+/// or renewal with items then fails until its prices are.
 fn effects(config: &EffectsConfig) -> Effects {
     if config.paddle_price_credits.is_empty() {
-        tracing::warn!("PADDLE_PRICE_CREDITS is empty: Paddle events applied now grant no credits");
+        tracing::warn!(
+            "PADDLE_PRICE_CREDITS is empty: Paddle subscriptions and renewals fail (archived FAILED) until \
+             their prices are listed"
+        );
     }
     crate::effects::all(config.paddle_price_credits.clone())
 }

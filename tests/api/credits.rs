@@ -100,3 +100,67 @@ async fn a_renewal_without_a_subscription_id_fails_and_grants_nothing() {
     assert_eq!(app.send(&paddle(&renewal)).await.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 0);
 }
+
+/// `(status, error_message)` of every archive row, in order.
+async fn archive(app: &TestApp) -> Vec<(String, Option<String>)> {
+    sqlx::query_as("SELECT processing_status, error_message FROM webhook_events ORDER BY id")
+        .fetch_all(app.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_price_missing_from_the_map_fails_the_event_until_the_map_lists_it_then_it_is_applied_once() {
+    let app = TestApp::spawn().await;
+    let created = with_items(subscription("evt_sub", "created", "active", T1), "pri_new", 3);
+
+    let answer = app.send(&paddle(&created)).await;
+
+    // Failed closed: nothing applied, nothing recorded as processed.
+    assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR, "{:?}", answer.body);
+    let failed = archive(&app).await;
+    assert_eq!(failed[0].0, "FAILED");
+    let error = failed[0].1.clone().unwrap_or_default();
+    assert!(error.contains("pri_new") && error.contains("PADDLE_PRICE_CREDITS"), "{error}");
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM subscriptions").await, 0);
+    assert!(grants(&app).await.is_empty());
+
+    // Reprocessed without the map (or with one that still lacks the price):
+    // not applied with zero credits, failed again.
+    let id = app.archive_ids().await[0].to_string();
+    let run = cli(&app.db, &["events", "reprocess", &id]).await;
+    assert!(run.error.is_some(), "{}", run.stdout);
+    let run = cli(&app.db, &["events", "reprocess", &id, "--paddle-price-credits", PRICE_CREDITS]).await;
+    assert!(run.error.is_some(), "{}", run.stdout);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 0);
+
+    // The operator lists the price; the reprocess applies it, once.
+    let fixed = format!("{PRICE_CREDITS},pri_new=7");
+    let out = cli(&app.db, &["events", "reprocess", &id, "--paddle-price-credits", &fixed]).await.ok();
+    assert!(out.ends_with("PROCESSED\n"), "{out}");
+    assert_eq!(
+        grants(&app).await,
+        [("subscription:sub_01:initial".into(), "evt_sub".into(), 21, Some("user_42".into()))]
+    );
+    let out = cli(&app.db, &["events", "reprocess", &id, "--paddle-price-credits", &fixed]).await.ok();
+    assert!(out.ends_with("SKIPPED\n"), "{out}");
+    assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
+}
+
+#[tokio::test]
+async fn a_renewal_of_a_price_missing_from_the_map_fails_and_grants_nothing() {
+    let app = TestApp::spawn().await;
+    send_processed(&app, &paddle(&subscription("evt_sub", "created", "active", T1))).await;
+    let renewal = with_items(
+        transaction_completed("evt_txn", "txn_02", "subscription_recurring", SECOND_PERIOD),
+        "pri_new",
+        1,
+    );
+
+    assert_eq!(app.send(&paddle(&renewal)).await.status, StatusCode::INTERNAL_SERVER_ERROR);
+
+    let error = archive(&app).await[1].1.clone().unwrap_or_default();
+    assert!(error.contains("pri_new") && error.contains("PADDLE_PRICE_CREDITS"), "{error}");
+    assert_eq!(grants(&app).await.len(), 1, "only the subscription's initial grant");
+}

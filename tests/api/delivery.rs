@@ -42,7 +42,7 @@ async fn subscription_created_upserts_the_subscription_and_grants_credits_for_it
             .await
             .unwrap();
     assert_eq!((customer.as_str(), user.as_deref(), status.as_str()), ("ctm_01", Some("user_42"), "active"));
-    // 2 × pri_basic (100 each); pri_unlisted grants nothing.
+    // 2 × pri_basic (100 each); pri_unlisted is listed as granting nothing.
     let grant: (String, String, Option<String>, i64) =
         sqlx::query_as("SELECT event_id, subscription_id, user_id, amount FROM credit_grants")
             .fetch_one(app.pool())

@@ -14,6 +14,7 @@ use sqlx::PgConnection;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
+use webhook_inbox::effects::billing::PriceCredits;
 use webhook_inbox::effects::billing::subscriptions::SubscriptionCreated;
 use webhook_inbox::event::Event as InboxEvent;
 use webhook_inbox::http::{AppState, Limits, app, serve};
@@ -50,11 +51,11 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
     let providers =
         Registry::default().with(Paddle::new(&[SecretString::from(PADDLE_SECRETS[0])], 300).unwrap());
-    let credits = Arc::new("pri_basic=100".parse().unwrap());
-    let effects = webhook_inbox::effects::all("pri_basic=100".parse().unwrap()).on(
+    let credits: PriceCredits = "pri_basic=100,pri_unlisted=0".parse().unwrap();
+    let effects = webhook_inbox::effects::all(credits.clone()).on(
         "paddle",
         "subscription.created",
-        PanicsSometimes(SubscriptionCreated(credits)),
+        PanicsSometimes(SubscriptionCreated(Arc::new(credits))),
     );
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
     let state = AppState::new(pool, providers, effects, limits);

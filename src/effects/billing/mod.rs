@@ -36,28 +36,42 @@ pub fn register(effects: Effects, price_credits: PriceCredits) -> Effects {
 }
 
 /// Credits per unit of each Paddle price id, from `PADDLE_PRICE_CREDITS`
-/// (`"pri_a=100,pri_b=500"`). Prices not listed grant nothing.
+/// (`"pri_a=100,pri_b=500"`; `pri_c=0` for a price that grants nothing).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PriceCredits(HashMap<String, i64>);
 
 impl PriceCredits {
-    /// True when no price grants credits.
+    /// True when no price is listed.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    /// Credits for `quantity` units of `price_id`, `None` on overflow.
-    fn for_item(&self, price_id: &str, quantity: i64) -> Option<i64> {
-        self.0.get(price_id).copied().unwrap_or(0).checked_mul(quantity)
+    /// Credits for `quantity` units of `price_id`.
+    ///
+    /// Why a price that is not listed is an error, not zero: granting
+    /// nothing would record the event PROCESSED, and the credits could then
+    /// only be added by hand. Failing leaves it FAILED and unapplied, so the
+    /// provider's retry or a reprocess applies it once the map lists it.
+    fn for_item(&self, price_id: &str, quantity: i64) -> Result<i64, EffectError> {
+        let per_unit = self.0.get(price_id).ok_or_else(|| {
+            EffectError::Invalid(format!(
+                "price {price_id} has no entry in PADDLE_PRICE_CREDITS (list it, as {price_id}=0 if it grants \
+                 no credits, then reprocess)"
+            ))
+        })?;
+        per_unit.checked_mul(quantity).ok_or_else(overflow)
     }
 
     /// Credits for a list of items: the sum of quantity × credits per unit.
     fn for_items(&self, items: &[Item]) -> Result<i64, EffectError> {
-        items
-            .iter()
-            .try_fold(0i64, |sum, item| self.for_item(&item.price.id, item.quantity)?.checked_add(sum))
-            .ok_or_else(|| EffectError::Invalid("credit amount overflows".into()))
+        items.iter().try_fold(0i64, |sum, item| {
+            self.for_item(&item.price.id, item.quantity)?.checked_add(sum).ok_or_else(overflow)
+        })
     }
+}
+
+fn overflow() -> EffectError {
+    EffectError::Invalid("credit amount overflows".into())
 }
 
 impl FromStr for PriceCredits {
@@ -120,11 +134,13 @@ mod tests {
 
     #[test]
     fn price_credits_parse_from_a_list() {
-        let credits: PriceCredits = " pri_a=100, pri_b = 500 ,".parse().unwrap();
-        assert_eq!(credits.for_item("pri_a", 3), Some(300));
-        assert_eq!(credits.for_item("pri_b", 1), Some(500));
-        assert_eq!(credits.for_item("pri_unknown", 9), Some(0));
-        assert_eq!(credits.for_item("pri_a", i64::MAX), None);
+        let credits: PriceCredits = " pri_a=100, pri_b = 500 ,pri_c=0".parse().unwrap();
+        assert_eq!(credits.for_item("pri_a", 3).unwrap(), 300);
+        assert_eq!(credits.for_item("pri_b", 1).unwrap(), 500);
+        assert_eq!(credits.for_item("pri_c", 9).unwrap(), 0);
+        let unlisted = credits.for_item("pri_unknown", 9).unwrap_err().to_string();
+        assert!(unlisted.contains("pri_unknown") && unlisted.contains("PADDLE_PRICE_CREDITS"), "{unlisted}");
+        assert_eq!(credits.for_item("pri_a", i64::MAX).unwrap_err().to_string(), "credit amount overflows");
         assert_eq!("".parse::<PriceCredits>(), Ok(PriceCredits::default()));
         assert!("pri_a".parse::<PriceCredits>().is_err());
         assert!("pri_a=-1".parse::<PriceCredits>().is_err());
@@ -133,10 +149,11 @@ mod tests {
 
     #[test]
     fn items_sum_and_overflow_is_refused() {
-        let credits: PriceCredits = "pri_a=100,pri_b=7".parse().unwrap();
+        let credits: PriceCredits = "pri_a=100,pri_b=7,pri_x=0".parse().unwrap();
         let item = |id: &str, quantity| Item { price: Price { id: id.into() }, quantity };
         assert_eq!(credits.for_items(&[item("pri_a", 2), item("pri_b", 1), item("pri_x", 5)]).unwrap(), 207);
         assert_eq!(credits.for_items(&[]).unwrap(), 0);
+        assert!(credits.for_items(&[item("pri_a", 1), item("pri_y", 1)]).is_err());
         assert!(credits.for_items(&[item("pri_a", i64::MAX / 100), item("pri_a", i64::MAX / 100)]).is_err());
     }
 }

@@ -20,8 +20,9 @@ use super::signing::{
     STRIPE_SECRETS,
 };
 
-/// The `PADDLE_PRICE_CREDITS` of every test app (and of the CLI's reprocess).
-pub const PRICE_CREDITS: &str = "pri_basic=100,pri_pro=500";
+/// The `PADDLE_PRICE_CREDITS` of every test app (and of the CLI's reprocess);
+/// `pri_unlisted` is listed as granting nothing.
+pub const PRICE_CREDITS: &str = "pri_basic=100,pri_pro=500,pri_unlisted=0";
 
 /// What a test may change about the app.
 #[derive(Debug, Clone)]

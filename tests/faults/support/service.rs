@@ -43,7 +43,7 @@ impl Service {
             .env("RUST_LOG", "info,sqlx=warn")
             .env("PADDLE_WEBHOOK_SECRET", PADDLE_SECRETS.join(","))
             .env("CLERK_WEBHOOK_SECRET", CLERK_SECRETS.join(","))
-            .env("PADDLE_PRICE_CREDITS", "pri_basic=100,pri_pro=500")
+            .env("PADDLE_PRICE_CREDITS", "pri_basic=100,pri_pro=500,pri_unlisted=0")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
