@@ -35,14 +35,25 @@ fn data<T: DeserializeOwned>(event: &Event) -> Result<T, EffectError> {
         .map_err(|e| EffectError::Invalid(format!("{} with unexpected data: {e}", event.event_type)))
 }
 
-/// The provider time that orders the event against others about the same
-/// entity: the envelope's (Paddle `occurred_at`, Clerk `timestamp`), else
-/// the entity's own `updated_at`. Without either the event cannot be ordered,
-/// and applying it blindly could roll newer state back, so it fails (and the
-/// archive row says why).
-fn ordered_at(event: &Event, updated_at: Option<DateTime<Utc>>) -> Result<DateTime<Utc>, EffectError> {
-    event.occurred_at.or(updated_at).ok_or_else(|| {
-        EffectError::Invalid(format!("{} without a timestamp to order it by", event.event_type))
+/// The time that orders the event against others about the same entity:
+/// the provider's (Paddle `occurred_at`, Clerk `timestamp`), else the
+/// entity's own `updated_at`, else when this service first received the
+/// event.
+///
+/// Why the last resort, with a warning, rather than failing: an event with
+/// no time would otherwise fail on every retry and every reprocess, and no
+/// operator could ever apply it. Ordered by its arrival it applies once and
+/// moves the projection forward; the risk, that it was in fact older than
+/// what the projection holds, is the warning's to tell.
+fn ordered_at(event: &Event, updated_at: Option<DateTime<Utc>>) -> DateTime<Utc> {
+    event.occurred_at.or(updated_at).unwrap_or_else(|| {
+        tracing::warn!(
+            event_id = %event.id,
+            event_type = %event.event_type,
+            received_at = %event.received_at,
+            "event carries no time of its own: ordered by when it was first received"
+        );
+        event.received_at
     })
 }
 

@@ -29,12 +29,23 @@ pub struct Event {
     pub notification_id: Option<String>,
     /// The event's `data` object, parsed by the effect that needs it.
     pub data: Option<Box<RawValue>>,
+    /// When this service first received the event: now, for a request; for
+    /// a reprocess, when its first archived delivery arrived. Orders an
+    /// event that carries no time of its own.
+    pub received_at: DateTime<Utc>,
 }
 
 impl Event {
-    /// An event with this id and type and nothing else known yet.
+    /// An event with this id and type, received now, and nothing else known yet.
     pub fn new(id: String, event_type: String) -> Self {
-        Event { id, event_type, occurred_at: None, notification_id: None, data: None }
+        Event {
+            id,
+            event_type,
+            occurred_at: None,
+            notification_id: None,
+            data: None,
+            received_at: Utc::now(),
+        }
     }
 }
 

@@ -2,11 +2,12 @@
 //! live one (`inbox::deliver`), archived as a new row pointing at the one it
 //! reran.
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 use tracing::{Span, instrument};
 
-use crate::event::{EventError, Payload};
+use crate::event::{Event, EventError, Payload};
 use crate::inbox::{self, Delivery, Effects, InboxError, Outcome, Source};
 use crate::providers;
 
@@ -79,6 +80,8 @@ struct Stored {
     payload: String,
     signature: String,
     secret_index: Option<i16>,
+    /// When the event's first archived delivery arrived.
+    first_received_at: DateTime<Utc>,
 }
 
 /// Runs the stored payload of archive row `archive_id` through
@@ -99,8 +102,10 @@ pub async fn reprocess(
     // The fields a delivery's request span has, so logs read alike.
     Span::current().record("request_id", request_id);
     let stored: Stored = sqlx::query_as(
-        "SELECT provider, event_id, event_type, payload::text AS payload, signature, secret_index
-         FROM webhook_events WHERE id = $1",
+        "SELECT provider, event_id, event_type, payload::text AS payload, signature, secret_index,
+                (SELECT min(created_at) FROM webhook_events AS first
+                 WHERE first.provider = w.provider AND first.event_id = w.event_id) AS first_received_at
+         FROM webhook_events AS w WHERE id = $1",
     )
     .bind(archive_id)
     .fetch_optional(pool)
@@ -113,7 +118,7 @@ pub async fn reprocess(
         providers::format_of(&stored.provider).read_stored(&stored.event_id, &stored.event_type, &payload)?;
     let delivery = Delivery {
         provider: stored.provider.clone(),
-        event,
+        event: Event { received_at: stored.first_received_at, ..event },
         payload,
         source: Source::Reprocess {
             of: archive_id,

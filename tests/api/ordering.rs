@@ -180,18 +180,59 @@ async fn a_user_deleted_before_its_late_created_arrives_gets_no_row_data_and_no_
     assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
 }
 
-#[tokio::test]
-async fn an_event_without_any_timestamp_cannot_be_ordered_and_fails() {
-    let app = TestApp::spawn().await;
-    let mut event = subscription("evt_1", "updated", "active", T1);
+/// `event` with neither the envelope's time nor the entity's `updated_at`.
+fn untimed(mut event: Value) -> Value {
     event.as_object_mut().unwrap().remove("occurred_at");
     event["data"].as_object_mut().unwrap().remove("updated_at");
+    event
+}
 
-    let answer = app.send(&paddle(&event)).await;
+/// The subscription's `last_event_at`.
+async fn last_event_at(app: &TestApp) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT last_event_at FROM subscriptions").fetch_one(app.pool()).await.unwrap()
+}
 
+#[tokio::test]
+async fn an_event_without_any_timestamp_is_applied_ordered_by_when_it_was_received() {
+    let app = TestApp::spawn().await;
+    let before: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT now()").fetch_one(app.pool()).await.unwrap();
+
+    let answer = app.send(&paddle(&untimed(subscription("evt_1", "updated", "active", T1)))).await;
+
+    assert_eq!(answer.body, json!({ "event_id": "evt_1", "status": "processed" }));
+    let archived: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT created_at FROM webhook_events").fetch_one(app.pool()).await.unwrap();
+    let at = last_event_at(&app).await;
+    assert!(before <= at && at <= archived, "{before} <= {at} <= {archived}");
+}
+
+#[tokio::test]
+async fn an_untimed_event_that_failed_is_reprocessed_ordered_by_its_first_arrival() {
+    let app = TestApp::spawn().await;
+    send_all(&app, &[paddle(&subscription("evt_1", "created", "active", T1))]).await;
+    // It failed for another reason (before this fix, for having no time).
+    app.refuse_inserts_into("subscriptions").await;
+    let answer = app.send(&paddle(&untimed(subscription("evt_2", "updated", "past_due", T1)))).await;
     assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
-    let error: String =
-        sqlx::query_scalar("SELECT error_message FROM webhook_events").fetch_one(app.pool()).await.unwrap();
-    assert_eq!(error, "subscription.updated without a timestamp to order it by");
-    assert_eq!(app.count("SELECT count(*) FROM subscriptions").await, 0);
+    app.allow_inserts_into("subscriptions").await;
+    let failed = app.archive_ids().await[1];
+    sqlx::query("UPDATE webhook_events SET created_at = '2024-04-05T00:00:00Z' WHERE id = $1")
+        .bind(failed)
+        .execute(app.pool())
+        .await
+        .unwrap();
+
+    let out = cli(&app.db, &["events", "reprocess", &failed.to_string()]).await.ok();
+
+    assert!(out.ends_with("PROCESSED\n"), "{out}");
+    assert_eq!(subscription_row(&app).await.0, "past_due");
+    assert_eq!(
+        last_event_at(&app).await,
+        "2024-04-05T00:00:00Z".parse::<chrono::DateTime<chrono::Utc>>().unwrap()
+    );
+    // Events that happened later still move it forward.
+    let answer = app.send(&paddle(&subscription("evt_3", "updated", "active", T2))).await;
+    assert_eq!(answer.body["status"], "processed");
+    assert_eq!(subscription_row(&app).await.0, "active");
 }

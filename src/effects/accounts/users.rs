@@ -96,7 +96,7 @@ impl Effect for UserDeleted {
     #[instrument(name = "user_deleted", skip_all)]
     async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
         let user: DeletedUser = data(event)?;
-        let at = ordered_at(event, None)?;
+        let at = ordered_at(event, None);
         let deleted = sqlx::query(
             "INSERT INTO users AS u (id, deleted_at, last_event_at, last_event_id)
              VALUES ($1, $2, $2, $3)
@@ -137,7 +137,7 @@ enum Projected {
 /// Writes the user if the event is newer than what wrote the row last and
 /// the user is not deleted.
 async fn project(conn: &mut PgConnection, event: &Event, user: &User) -> Result<Projected, EffectError> {
-    let at = ordered_at(event, from_millis(user.updated_at))?;
+    let at = ordered_at(event, from_millis(user.updated_at));
     let written = sqlx::query(
         "INSERT INTO users AS u (id, email, first_name, last_name, created_at, last_event_at, last_event_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7)

@@ -97,7 +97,7 @@ async fn project(
     subscription: &Subscription,
 ) -> Result<(), EffectError> {
     let id = subscription.id(event)?;
-    let at = ordered_at(event, subscription.updated_at)?;
+    let at = ordered_at(event, subscription.updated_at);
     let items: Vec<Value> = subscription
         .items
         .iter()
