@@ -1,6 +1,6 @@
 //! The inbox, the core: one verified [`Delivery`], recorded once in the
 //! archive and the dedup table, and its event's effects committed if and
-//! only if its dedup row is (DESIGN.md "One delivery").
+//! only if its dedup row is (DESIGN.md "One delivery, step by step").
 //!
 //! [`Effects::route`] decides once whether the event has side effects; the
 //! answer is a type. A [`ToRecord`] goes to the recording lane ([`record`],
