@@ -69,7 +69,7 @@ impl Filters {
     }
 }
 
-/// What the page header shows of the provider list.
+/// The enabled providers' names, sorted: the overview's rows, the list's choices.
 fn provider_names(state: &AppState) -> Vec<String> {
     state.providers.names().into_iter().map(String::from).collect()
 }

@@ -86,14 +86,13 @@ pub async fn require(State(state): State<AppState>, request: Request, next: Next
     let Some(session) = found else {
         return to_sign_in(&request);
     };
-    let request = match request.method() == Method::POST {
+    let mut request = match request.method() == Method::POST {
         true => match csrf_checked(request, &session).await {
             Ok(request) => request,
             Err(error) => return error.into_response(),
         },
         false => request,
     };
-    let mut request = request;
     request.extensions_mut().insert(session);
     next.run(request).await
 }
