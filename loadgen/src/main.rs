@@ -11,6 +11,7 @@
 
 mod bench;
 mod client;
+mod console;
 mod events;
 mod pgbench;
 mod report;
@@ -31,6 +32,8 @@ enum Cli {
     Load(LoadArgs),
     /// The whole benchmark: starts the service, runs ceiling and service, writes the results.
     Bench(bench::BenchArgs),
+    /// The console's pages on a million-row archive: starts the service, fills the archive, times each page.
+    Console(console::ConsoleArgs),
 }
 
 /// What one load run sends.
@@ -76,6 +79,7 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", if args.json { report.json() } else { report.text() });
         }
         Cli::Bench(args) => bench::run(args).await?,
+        Cli::Console(args) => console::run(args).await?,
     }
     Ok(())
 }
