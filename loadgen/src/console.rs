@@ -102,6 +102,7 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
             "/console/reprocess?provider=paddle&status=FAILED&since=1d".into(),
         ),
     ];
+    let load_before = load_average();
     let mut measured = Vec::new();
     for (page, path) in pages {
         eprintln!("timing {page} ...");
@@ -119,8 +120,9 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         ms.sort_by(f64::total_cmp);
         measured.push(Measured { page: page.into(), path, bytes, ms });
     }
+    let load = format!("{load_before} before, {} after", load_average());
     service.stop()?;
-    let markdown = render(&args, &measured, &facts, &version, fill_secs)?;
+    let markdown = render(&args, &measured, &facts, &version, fill_secs, &load)?;
     write_section(&args.output, &markdown)?;
     println!("{markdown}");
     std::fs::remove_dir_all(&work).ok();
@@ -221,12 +223,21 @@ async fn request(
     Ok((head.to_string(), body.to_string()))
 }
 
+/// The machine's 1-minute load average: other work slows every page.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 fn render(
     args: &ConsoleArgs,
     pages: &[Measured],
     facts: &str,
     version: &str,
     fill_secs: f64,
+    load: &str,
 ) -> anyhow::Result<String> {
     let facts: Vec<&str> = facts.split_whitespace().collect();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -246,7 +257,8 @@ fn render(
         "Measured {date} on {cores} cores, PostgreSQL {version}, service at commit {commit}: an archive of {} rows \
          ({} {}, filled in {fill_secs:.0} s) spread over {} days, {} of them in the last 24 hours, {} FAILED. \
          Each page requested {} times after 5 untimed requests, one at a time over loopback, on a new connection; \
-         the time is from the request to the answer's last byte (database reads, rendering, transfer).\n",
+         the time is from the request to the answer's last byte (database reads, rendering, transfer). \
+         Load average of the machine (1 min): {load}.\n",
         facts.first().unwrap_or(&"?"),
         facts.get(3).unwrap_or(&"?"),
         facts.get(4).unwrap_or(&""),
