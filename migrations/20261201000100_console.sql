@@ -48,6 +48,11 @@ CREATE INDEX IF NOT EXISTS ix_webhook_events_provider_created_at
 CREATE INDEX IF NOT EXISTS ix_webhook_events_event_type_id ON webhook_events (event_type, id);
 CREATE INDEX IF NOT EXISTS ix_webhook_events_failed_id ON webhook_events (id) WHERE processing_status = 'FAILED';
 
+-- The overview's count of FAILED events not applied since: distinct events,
+-- straight from the index, each checked against the dedup table.
+CREATE INDEX IF NOT EXISTS ix_webhook_events_failed_event
+    ON webhook_events (provider, event_id) WHERE processing_status = 'FAILED';
+
 -- An event's deliveries by its id alone (the list's event id filter) as
 -- well as by provider and id: the same index, its columns swapped, so no
 -- index is added to the archive's writes.

@@ -5,8 +5,9 @@
 //! payload; `inbox` routes it by whether its event has `effects`, and its
 //! workers record it (and apply the effects) in one transaction on the `db`
 //! connections they keep; `outbox` sends what must leave the database.
-//! `operations`, `cli` and `monitoring` are for the people who run it;
-//! `cli/serve.rs` builds the service from `config`.
+//! `operations` (behind the `cli`, the admin API and the console in `http`)
+//! and `monitoring` are for the people who run it; `cli/serve.rs` builds the
+//! service from `config`.
 
 /// The subcommands; `serve` is the composition root.
 pub mod cli;
@@ -18,13 +19,13 @@ pub mod db;
 pub mod effects;
 /// The provider-neutral event, and the payload it is read from.
 pub mod event;
-/// The HTTP routes and the server.
+/// The HTTP routes and the server, the admin API and the operator console among them.
 pub mod http;
 /// The core: one transaction per delivery (archive, dedup, effects), run by delivery workers.
 pub mod inbox;
 /// Prometheus metrics.
 pub mod monitoring;
-/// What operators do with the archive: list, show, reprocess, purge.
+/// What operators do with the archive: list, show, reprocess, purge, and the console's overview.
 pub mod operations;
 /// Effects that leave the database: emails enqueued by effects, sent by a worker.
 pub mod outbox;

@@ -2,13 +2,16 @@
 //! last hour and day and when the last delivery came; the failures still
 //! waiting for someone; deliveries per minute over the day; the outbox.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 use tracing::instrument;
 
 /// The window of the per-minute series and of the day's counts.
 pub const MINUTES: usize = 24 * 60;
+
+/// Most unapplied FAILED events counted.
+pub const UNAPPLIED_COUNTED: i64 = 500;
 
 /// Archive rows by outcome (`processing_status`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -53,8 +56,11 @@ pub struct Overview {
     pub now: DateTime<Utc>,
     /// One entry per provider asked for, in that order.
     pub providers: Vec<ProviderActivity>,
-    /// Events with a FAILED row and no dedup row: failed and not applied since.
+    /// Events with a FAILED row and no dedup row: failed and not applied
+    /// since; at most [`UNAPPLIED_COUNTED`].
     pub unapplied_failed: i64,
+    /// Whether there are more than [`UNAPPLIED_COUNTED`] of them.
+    pub more_unapplied_failed: bool,
     /// When the oldest of their FAILED rows was archived.
     pub oldest_unapplied_failed_at: Option<DateTime<Utc>>,
     /// Every provider's rows per minute, oldest minute first: [`MINUTES`] entries,
@@ -70,8 +76,11 @@ pub struct Overview {
 ///
 /// Each part reads an index only: the day's rows of each provider through
 /// `ix_webhook_events_provider_created_at` (which carries the status), its
-/// last delivery from the end of the same index, the FAILED rows through
-/// their partial index, the outbox through its partial indexes.
+/// last delivery from the end of the same index, the FAILED events through
+/// their partial indexes (`ix_webhook_events_failed_event` for the count,
+/// `ix_webhook_events_failed_created_at` for the oldest), the outbox through
+/// its partial indexes. The cost grows with the last day's deliveries, not
+/// with the archive.
 #[instrument(skip_all)]
 pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overview> {
     let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(pool).await?;
@@ -86,20 +95,22 @@ pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overv
         .collect();
     let mut per_minute = vec![Counts::default(); MINUTES];
 
-    let day: Vec<(String, String, i32, i64)> = sqlx::query_as(
-        "SELECT provider, processing_status,
-                floor(extract(epoch FROM $2 - created_at) / 60)::int AS minutes_ago, count(*)
+    // Whole clock minutes, the last one in progress: a day of them.
+    let this_minute = now.duration_trunc(TimeDelta::minutes(1)).unwrap_or(now);
+    let day: Vec<(String, String, DateTime<Utc>, i64)> = sqlx::query_as(
+        "SELECT provider, processing_status, date_trunc('minute', created_at), count(*)
          FROM webhook_events
-         WHERE provider = ANY($1) AND created_at > $2 - interval '1 day' AND created_at <= $2
+         WHERE provider = ANY($1) AND created_at >= $2 AND created_at <= $3
          GROUP BY 1, 2, 3",
     )
     .bind(providers)
+    .bind(this_minute - TimeDelta::minutes(MINUTES as i64 - 1))
     .bind(now)
     .fetch_all(pool)
     .await?;
-    for (provider, status, minutes_ago, count) in day {
+    for (provider, status, minute, count) in day {
         let Some(entry) = activity.iter_mut().find(|a| a.provider == provider) else { continue };
-        let minutes_ago = (minutes_ago.max(0) as usize).min(MINUTES - 1);
+        let minutes_ago = ((this_minute - minute).num_minutes().max(0) as usize).min(MINUTES - 1);
         entry.last_day.add(&status, count);
         if minutes_ago < 60 {
             entry.last_hour.add(&status, count);
@@ -117,14 +128,32 @@ pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overv
         .await?;
     }
 
-    let (unapplied_failed, oldest_unapplied_failed_at, outbox_pending, outbox_dead) = sqlx::query_as(
-        "SELECT count(DISTINCT (w.provider, w.event_id)), min(w.created_at),
-                (SELECT count(*) FROM outbox WHERE status = 'pending'),
-                (SELECT count(*) FROM outbox WHERE status = 'dead')
-         FROM webhook_events w
+    // Counted up to a bound: each FAILED event is checked against the dedup
+    // table, and past a few hundred the number only says "many".
+    let unapplied_failed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (
+             SELECT DISTINCT w.provider, w.event_id FROM webhook_events w
+             WHERE w.processing_status = 'FAILED'
+               AND NOT EXISTS (SELECT FROM processed_webhook_events p
+                               WHERE p.provider = w.provider AND p.event_id = w.event_id)
+             LIMIT $1) unapplied",
+    )
+    .bind(UNAPPLIED_COUNTED + 1)
+    .fetch_one(pool)
+    .await?;
+    // The oldest first: the walk stops at the first one not applied since.
+    let oldest_unapplied_failed_at = sqlx::query_scalar(
+        "SELECT w.created_at FROM webhook_events w
          WHERE w.processing_status = 'FAILED'
            AND NOT EXISTS (SELECT FROM processed_webhook_events p
-                           WHERE p.provider = w.provider AND p.event_id = w.event_id)",
+                           WHERE p.provider = w.provider AND p.event_id = w.event_id)
+         ORDER BY w.created_at LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await?;
+    let (outbox_pending, outbox_dead) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM outbox WHERE status = 'pending'),
+                (SELECT count(*) FROM outbox WHERE status = 'dead')",
     )
     .fetch_one(pool)
     .await?;
@@ -132,7 +161,8 @@ pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overv
     Ok(Overview {
         now,
         providers: activity,
-        unapplied_failed,
+        unapplied_failed: unapplied_failed.min(UNAPPLIED_COUNTED),
+        more_unapplied_failed: unapplied_failed > UNAPPLIED_COUNTED,
         oldest_unapplied_failed_at,
         per_minute,
         outbox_pending,

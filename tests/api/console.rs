@@ -3,8 +3,11 @@
 //! the size of pages. What a browser does with the pages is in
 //! `console_browser.rs`.
 
+use std::time::Duration;
+
 use axum::http::StatusCode;
 use serde_json::json;
+use webhook_inbox::http::ConsoleSettings;
 
 use crate::support::app::status_of;
 use crate::support::console::{ADMIN_TOKEN, Operator, request, sign_in};
@@ -71,6 +74,22 @@ async fn sign_in_needs_the_admin_token_and_sets_a_strict_http_only_cookie() {
     let secret = cookie.split(';').next().unwrap().trim_start_matches("console_session=");
     assert!(!stored.is_empty() && !secret.is_empty());
     assert_ne!(stored, secret.as_bytes(), "only the digest is stored");
+}
+
+#[tokio::test]
+async fn behind_tls_the_session_cookie_is_secure_and_lasts_as_configured() {
+    let mut app = console_app().await;
+    let settings = ConsoleSettings { secure_cookie: true, session_ttl: Duration::from_secs(600) };
+    app.router = webhook_inbox::http::app(app.state.clone().with_console(settings));
+    let cookie = sign_in(&app, ADMIN_TOKEN).await.set_cookie("console_session").unwrap();
+    assert!(cookie.ends_with("; Secure") && cookie.contains("Max-Age=600"), "{cookie}");
+    let lasts: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM expires_at - created_at)::float8 FROM console_sessions",
+    )
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert!((599.0..=601.0).contains(&lasts), "{lasts}");
 }
 
 #[tokio::test]

@@ -57,7 +57,7 @@ pub struct ListQuery {
     unknown: UnknownFields,
 }
 
-/// `GET /admin/events?status=&provider=&type=&since=&until=&event_id=&limit=&cursor=`:
+/// `GET /admin/events?status=&provider=&type=&since=&event_id=&limit=&cursor=`:
 /// newest first; `next_cursor`, when not null, fetches the next page.
 pub async fn list(
     State(state): State<AppState>,

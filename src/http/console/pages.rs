@@ -64,7 +64,7 @@ impl Filters {
         let field = |name| self.value(name);
         context! {
             status => field("status"), provider => field("provider"), type => field("type"),
-            since => field("since"), until => field("until"), event_id => field("event_id"),
+            since => field("since"), event_id => field("event_id"),
         }
     }
 }
@@ -113,7 +113,7 @@ pub async fn overview(
     )
 }
 
-/// `GET /console/events?status=&provider=&type=&since=&until=&event_id=&cursor=`.
+/// `GET /console/events?status=&provider=&type=&since=&event_id=&cursor=`.
 pub async fn events(
     State(state): State<AppState>,
     Extension(session): Extension<Session>,
