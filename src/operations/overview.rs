@@ -11,7 +11,7 @@ use tracing::instrument;
 pub const MINUTES: usize = 24 * 60;
 
 /// Most unapplied FAILED events counted.
-pub const UNAPPLIED_COUNTED: i64 = 500;
+pub const UNAPPLIED_COUNTED: i64 = 100;
 
 /// Archive rows by outcome (`processing_status`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -84,30 +84,28 @@ pub struct Overview {
 #[instrument(skip_all)]
 pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overview> {
     let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(pool).await?;
+    // Whole clock minutes, the last one in progress: a day of them.
+    let this_minute = now.duration_trunc(TimeDelta::minutes(1)).unwrap_or(now);
+    // Independent reads, each on its own pooled connection: the page waits
+    // for the slowest, not for their sum.
+    let (day, last_deliveries, (unapplied_failed, oldest_unapplied_failed_at), (outbox_pending, outbox_dead)) =
+        tokio::try_join!(
+            day(pool, providers, this_minute - TimeDelta::minutes(MINUTES as i64 - 1), now),
+            last_deliveries(pool, providers),
+            unapplied_failures(pool),
+            outbox(pool),
+        )?;
     let mut activity: Vec<ProviderActivity> = providers
         .iter()
-        .map(|provider| ProviderActivity {
+        .zip(last_deliveries)
+        .map(|(provider, last_delivery_at)| ProviderActivity {
             provider: provider.clone(),
             last_hour: Counts::default(),
             last_day: Counts::default(),
-            last_delivery_at: None,
+            last_delivery_at,
         })
         .collect();
     let mut per_minute = vec![Counts::default(); MINUTES];
-
-    // Whole clock minutes, the last one in progress: a day of them.
-    let this_minute = now.duration_trunc(TimeDelta::minutes(1)).unwrap_or(now);
-    let day: Vec<(String, String, DateTime<Utc>, i64)> = sqlx::query_as(
-        "SELECT provider, processing_status, date_trunc('minute', created_at), count(*)
-         FROM webhook_events
-         WHERE provider = ANY($1) AND created_at >= $2 AND created_at <= $3
-         GROUP BY 1, 2, 3",
-    )
-    .bind(providers)
-    .bind(this_minute - TimeDelta::minutes(MINUTES as i64 - 1))
-    .bind(now)
-    .fetch_all(pool)
-    .await?;
     for (provider, status, minute, count) in day {
         let Some(entry) = activity.iter_mut().find(|a| a.provider == provider) else { continue };
         let minutes_ago = ((this_minute - minute).num_minutes().max(0) as usize).min(MINUTES - 1);
@@ -117,20 +115,59 @@ pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overv
         }
         per_minute[MINUTES - 1 - minutes_ago].add(&status, count);
     }
+    Ok(Overview {
+        now,
+        providers: activity,
+        unapplied_failed: unapplied_failed.min(UNAPPLIED_COUNTED),
+        more_unapplied_failed: unapplied_failed > UNAPPLIED_COUNTED,
+        oldest_unapplied_failed_at,
+        per_minute,
+        outbox_pending,
+        outbox_dead,
+    })
+}
 
-    for entry in &mut activity {
-        entry.last_delivery_at = sqlx::query_scalar(
+/// Rows archived from `from` to `to`, by provider, status and minute.
+async fn day(
+    pool: &PgPool,
+    providers: &[String],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> sqlx::Result<Vec<(String, String, DateTime<Utc>, i64)>> {
+    sqlx::query_as(
+        "SELECT provider, processing_status, date_trunc('minute', created_at), count(*)
+         FROM webhook_events
+         WHERE provider = ANY($1) AND created_at >= $2 AND created_at <= $3
+         GROUP BY 1, 2, 3",
+    )
+    .bind(providers)
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await
+}
+
+/// When each provider's last delivery (not a reprocess) was archived.
+async fn last_deliveries(pool: &PgPool, providers: &[String]) -> sqlx::Result<Vec<Option<DateTime<Utc>>>> {
+    let mut last = Vec::with_capacity(providers.len());
+    for provider in providers {
+        let at = sqlx::query_scalar(
             "SELECT created_at FROM webhook_events
              WHERE provider = $1 AND reprocess_of IS NULL ORDER BY created_at DESC LIMIT 1",
         )
-        .bind(&entry.provider)
+        .bind(provider)
         .fetch_optional(pool)
         .await?;
+        last.push(at);
     }
+    Ok(last)
+}
 
-    // Counted up to a bound: each FAILED event is checked against the dedup
-    // table, and past a few hundred the number only says "many".
-    let unapplied_failed: i64 = sqlx::query_scalar(
+/// FAILED events not applied since, counted up to one more than
+/// [`UNAPPLIED_COUNTED`] (each is checked against the dedup table, and past
+/// that the number only says "many"), and when the oldest was archived.
+async fn unapplied_failures(pool: &PgPool) -> sqlx::Result<(i64, Option<DateTime<Utc>>)> {
+    let count = sqlx::query_scalar(
         "SELECT count(*) FROM (
              SELECT DISTINCT w.provider, w.event_id FROM webhook_events w
              WHERE w.processing_status = 'FAILED'
@@ -142,7 +179,7 @@ pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overv
     .fetch_one(pool)
     .await?;
     // The oldest first: the walk stops at the first one not applied since.
-    let oldest_unapplied_failed_at = sqlx::query_scalar(
+    let oldest = sqlx::query_scalar(
         "SELECT w.created_at FROM webhook_events w
          WHERE w.processing_status = 'FAILED'
            AND NOT EXISTS (SELECT FROM processed_webhook_events p
@@ -151,21 +188,15 @@ pub async fn overview(pool: &PgPool, providers: &[String]) -> sqlx::Result<Overv
     )
     .fetch_optional(pool)
     .await?;
-    let (outbox_pending, outbox_dead) = sqlx::query_as(
+    Ok((count, oldest))
+}
+
+/// Emails pending and dead.
+async fn outbox(pool: &PgPool) -> sqlx::Result<(i64, i64)> {
+    sqlx::query_as(
         "SELECT (SELECT count(*) FROM outbox WHERE status = 'pending'),
                 (SELECT count(*) FROM outbox WHERE status = 'dead')",
     )
     .fetch_one(pool)
-    .await?;
-
-    Ok(Overview {
-        now,
-        providers: activity,
-        unapplied_failed: unapplied_failed.min(UNAPPLIED_COUNTED),
-        more_unapplied_failed: unapplied_failed > UNAPPLIED_COUNTED,
-        oldest_unapplied_failed_at,
-        per_minute,
-        outbox_pending,
-        outbox_dead,
-    })
+    .await
 }
