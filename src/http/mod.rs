@@ -7,6 +7,7 @@ mod error;
 mod health;
 mod metrics;
 mod serve;
+mod unknown_fields;
 mod webhook;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub use auth::{BearerToken, InvalidToken};
 pub use console::{ConsoleSettings, SESSION_COOKIE};
 pub use error::ApiError;
 pub use serve::serve;
+use unknown_fields::UnknownFields;
 
 /// Bounds on what a client may send.
 #[derive(Debug, Clone)]

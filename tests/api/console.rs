@@ -172,9 +172,15 @@ async fn every_console_answer_forbids_scripts_framing_and_caching() {
 async fn a_filter_that_does_not_parse_is_a_400_page_that_says_why() {
     let app = console_app().await;
     let operator = Operator::sign_in(&app).await;
-    for (query, reason) in
-        [("status=BROKEN", "BROKEN"), ("since=yesterday", "yesterday"), ("cursor=zz", "cursor")]
-    {
+    for (query, reason) in [
+        ("status=BROKEN", "BROKEN"),
+        ("since=yesterday", "yesterday"),
+        ("cursor=zz", "cursor"),
+        // The admin API's rules, by the same code: unknown fields and control characters are refused.
+        ("stauts=FAILED", "unknown field &quot;stauts&quot;"),
+        ("type=a%00b", "control characters"),
+        ("event_id=%1b%5b2J", "control characters"),
+    ] {
         let page = operator.get(&app, &format!("/console/events?{query}")).await;
         assert_eq!(page.status, StatusCode::BAD_REQUEST, "{query}");
         assert!(page.body.contains(reason), "{query}: {}", page.body);

@@ -1,15 +1,13 @@
 //! `/admin/events`: list, show and reprocess archived deliveries.
 
-use std::collections::BTreeMap;
-
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
+use crate::http::UnknownFields;
 use crate::http::error::ApiError;
 use crate::http::{AppState, request_id};
 use crate::operations::filter::parsed;
@@ -25,24 +23,6 @@ const MAX_PAGE: u32 = 500;
 const BULK: u32 = 100;
 /// Most events per bulk request; the CLI has no such bound.
 const MAX_BULK: u32 = 1000;
-
-/// The fields of a request that no parameter has, collected by
-/// `#[serde(flatten)]` after the known ones took theirs.
-///
-/// Why refused rather than ignored: a misspelt filter (`stauts`) would
-/// otherwise drop a condition, and list or reprocess more than was meant.
-#[derive(Deserialize)]
-#[serde(transparent)]
-struct UnknownFields(BTreeMap<String, IgnoredAny>);
-
-impl UnknownFields {
-    fn refuse(&self) -> Result<(), ApiError> {
-        match self.0.keys().next() {
-            Some(name) => Err(ApiError::BadRequest(format!("unknown field {name:?}"))),
-            None => Ok(()),
-        }
-    }
-}
 
 /// The query of `GET /admin/events`: the filters, then the page.
 #[derive(Deserialize)]

@@ -5,16 +5,16 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
-use minijinja::{Value, context};
-use serde::Serialize;
+use minijinja::{HtmlEscape, Value, context};
+use serde::{Deserialize, Serialize};
 
 use super::chart;
 use super::error::ConsoleError;
 use super::session::Session;
 use super::templates::{render, serde};
-use crate::http::AppState;
+use crate::http::{AppState, UnknownFields};
 use crate::operations::page::{self, Cursor};
-use crate::operations::{EventFilter, audit, overview, query, side_effects};
+use crate::operations::{EventFilter, audit, display, overview, query, side_effects};
 
 /// Rows per page of the events list.
 const PAGE: u32 = 50;
@@ -33,6 +33,15 @@ pub struct Filters {
     pub filter: EventFilter,
 }
 
+/// A filter, and the fields it does not have (refused, as the admin API does).
+#[derive(Deserialize)]
+struct FilterQuery {
+    #[serde(flatten)]
+    filter: EventFilter,
+    #[serde(flatten)]
+    unknown: UnknownFields,
+}
+
 impl Filters {
     /// Reads `query` (`status=FAILED&provider=paddle...`): the same fields,
     /// parsed by the same code, as the admin API's and the CLI's filters.
@@ -42,9 +51,10 @@ impl Filters {
         pairs.retain(|(_, value)| !value.is_empty());
         let cursor = pairs.iter().find(|(name, _)| name == "cursor").map(|(_, value)| value.clone());
         pairs.retain(|(name, _)| name != "cursor" && name != "csrf");
-        let filter = serde_urlencoded::to_string(&pairs)
+        let FilterQuery { filter, unknown } = serde_urlencoded::to_string(&pairs)
             .map_err(|e| bad(&e))
             .and_then(|query| serde_urlencoded::from_str(&query).map_err(|e| bad(&e)))?;
+        unknown.refuse()?;
         Ok((Filters { pairs, filter }, cursor))
     }
 
@@ -156,8 +166,12 @@ pub async fn event(
     let effects = side_effects::of_event(&state.pool, &row.event_id).await?;
     let actions = audit::of_event(&state.pool, &row.provider, &row.event_id).await?;
     let pretty = serde_json::to_string_pretty(&shown.event.payload).unwrap_or_default();
-    let payload = escaped_prefix(&pretty, PAYLOAD_SHOWN);
-    let truncated = payload.len() < pretty.len();
+    let visible = display::visible_json(&pretty);
+    let shown_part = escaped_prefix(&visible, PAYLOAD_SHOWN);
+    let truncated = shown_part.len() < visible.len();
+    // Escaped here rather than by the template, which would also write its
+    // line breaks as escapes (templates.rs): the same escaping, once.
+    let payload = Value::from_safe_string(HtmlEscape(shown_part).to_string());
     let effects_empty = effects.is_empty();
     render(
         "event.html",

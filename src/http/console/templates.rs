@@ -3,8 +3,12 @@
 //!
 //! Every template's name ends in `.html`, so minijinja escapes every value
 //! it prints for HTML: text and attribute values alike (`<`, `>`, `&`, `"`,
-//! `'`). Values never start a URL: every link is a path we build, and values
-//! inside one are URL-encoded first, so a `javascript:` value stays text.
+//! `'`). Before that, characters that cannot be seen or that change how the
+//! text around them shows (bidirectional overrides, zero-width spaces,
+//! controls) are written as escapes, as the CLI does (`operations::display`):
+//! one event id must not pass for another. Values never start a URL: every
+//! link is a path we build, and values inside one are URL-encoded first, so
+//! a `javascript:` value stays text.
 
 use std::sync::LazyLock;
 
@@ -12,10 +16,11 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse};
 use chrono::{DateTime, Utc};
 use minijinja::value::Serde;
-use minijinja::{Environment, Value, context};
+use minijinja::{Environment, Value, context, escape_formatter};
 use serde::Serialize;
 
 use super::error::ConsoleError;
+use crate::operations::display;
 
 /// The templates, by name.
 const TEMPLATES: [(&str, &str); 7] = [
@@ -35,6 +40,13 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
     for (name, source) in TEMPLATES {
         env.add_template(name, source).expect("the console's templates compile");
     }
+    env.set_formatter(|out, state, value| {
+        let shown = match value.as_str() {
+            Some(text) if !value.is_safe() => &Value::from(display::visible(text).as_ref()),
+            _ => value,
+        };
+        escape_formatter(out, state, shown)
+    });
     env.add_filter("time", time);
     env.add_filter("ago", ago);
     env.add_filter("clip", clip);
@@ -137,5 +149,13 @@ mod tests {
         assert!(!page.contains("<script>alert"), "{page}");
         assert!(!page.contains("<img src=x"), "{page}");
         assert!(page.contains("&lt;script&gt;"), "{page}");
+    }
+
+    #[test]
+    fn characters_that_hide_or_reorder_text_are_shown_as_escapes() {
+        let page =
+            render("error.html", context! { status => 400, reason => "evt_\u{202e}10\u{200b}" }).unwrap().0;
+        assert!(page.contains("evt_\\u{202e}10\\u{200b}"), "{page}");
+        assert!(!page.contains('\u{202e}') && !page.contains('\u{200b}'), "{page}");
     }
 }
