@@ -2,10 +2,12 @@
 # The benchmark in one command: builds the service and the load generator in
 # release mode, then `loadgen bench` starts the service (on its embedded
 # PostgreSQL, or BENCH_DATABASE_URL), measures the pgbench ceiling and the
-# service side by side at each concurrency plus a replay storm, checks the
-# storm's effects in SQL, and rewrites the results section of bench/RESULTS.md.
-# Loopback only; a few minutes. Extra arguments go to `loadgen bench`
-# (see `cargo run --release -p loadgen -- bench --help`).
+# service side by side at each concurrency plus a replay storm, several runs
+# of each with the CPU every process spent, checks the storm's effects in SQL,
+# rewrites the results section of bench/RESULTS.md and the README's summary,
+# and adds a line to the history. Loopback only; a few minutes per run.
+# Extra arguments go to `loadgen bench` (`--runs 1 --no-write` to try a change
+# quickly; see `cargo run --release -p loadgen -- bench --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v pgbench >/dev/null || { echo "pgbench not found: install the PostgreSQL client/server package" >&2; exit 1; }

@@ -1,16 +1,18 @@
 //! `loadgen bench`: the ceiling and the service, side by side on one
-//! PostgreSQL server in one run, and the results as a markdown table.
+//! PostgreSQL server in one run, each row measured several times, with the
+//! CPU every party spent; the results go to bench/RESULTS.md and the README.
 
-use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use crate::cpu::{self, Meter, Usage};
 use crate::events::Provider;
 use crate::pgbench::{self, Ceiling};
 use crate::report::Report;
+use crate::results::{self, Kind, Row, Run, Setup};
 use crate::service::Service;
-use crate::{LoadArgs, load};
+use crate::{LoadArgs, prepare};
 
 const PADDLE_SECRET: &str = "pdl_ntfset_bench_secret";
 const CLERK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -24,13 +26,19 @@ pub struct BenchArgs {
     /// PostgreSQL to run on (a libpq URL that pgbench and psql accept too). Unset: the service's embedded one.
     #[arg(long, env = "BENCH_DATABASE_URL")]
     database_url: Option<String>,
-    /// Client counts to measure at.
-    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    /// Client counts of the rows of unique events without side effects (empty: none).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1,8,32")]
     concurrency: Vec<usize>,
+    /// Client counts of the rows of unique `subscription.created` (empty: none).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "8,30")]
+    effects_concurrency: Vec<usize>,
     /// Seconds each pgbench run lasts; the service's runs send about as many events as the ceiling managed in that time.
     #[arg(long, default_value_t = 8)]
     seconds: u64,
-    /// Events of the replay storm.
+    /// How many times every row is measured (ceiling, then service); the tables give the median and the spread.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Events of the replay storm (0: no storm row).
     #[arg(long, default_value_t = 2000)]
     storm_events: usize,
     /// Copies of each storm event, fired at the same moment.
@@ -42,23 +50,38 @@ pub struct BenchArgs {
     /// Pool size of the service under test.
     #[arg(long, default_value_t = 16)]
     pool_size: u32,
-    /// Markdown file whose results section is replaced.
+    /// Markdown file whose results section is replaced and whose history gets a line.
     #[arg(long, default_value = "bench/RESULTS.md")]
     output: PathBuf,
+    /// Markdown file whose performance summary is replaced.
+    #[arg(long, default_value = "README.md")]
+    readme: PathBuf,
+    /// A few words on what this run measures, for its line in the history (default: the commit's subject).
+    #[arg(long)]
+    note: Option<String>,
+    /// Print the results and change no file.
+    #[arg(long)]
+    no_write: bool,
 }
 
-/// One row of the table.
-struct Row {
-    workload: String,
+/// What one row sends, and against which ceiling.
+struct RowSpec {
+    kind: Kind,
     clients: usize,
-    /// pgbench running the SQL the service issues for one such delivery.
-    ceiling: Ceiling,
-    /// pgbench running the naive statement sequence, where there is one.
-    naive: Option<Ceiling>,
-    service: Report,
+    ceiling: PathBuf,
+    naive: Option<PathBuf>,
+}
+
+/// What every measurement needs.
+struct Bench<'a> {
+    args: &'a BenchArgs,
+    conninfo: String,
+    service: Service,
+    meter: Meter,
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
     let work = std::env::temp_dir().join(format!("wib-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let data_dir = work.join("pg");
@@ -76,101 +99,152 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(url) = &args.database_url {
         env.push(("DATABASE_URL", url.clone()));
     }
+    // What is measured is what was built now, whatever changes during the run.
+    let (commit, date) = (commit(), command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]));
     eprintln!("starting the service ...");
     let service = Service::start(&args.service, &env, &work.join("service.log")).await?;
     let server_version = pgbench::psql(&conninfo, "SHOW server_version")?;
-    let same_sql =
-        pgbench::write_script(&work, "same-sql.sql", &pgbench::same_sql_script(args.payload_bytes))?;
-    let naive = pgbench::write_script(&work, "naive.sql", &pgbench::naive_script(args.payload_bytes))?;
-    let handler_sql =
-        pgbench::write_script(&work, "handler-sql.sql", &pgbench::handler_sql_script(args.payload_bytes))?;
+    // PostgreSQL's CPU is read from its processes, so only a server on this machine is metered.
+    let postmaster = pgbench::psql(&conninfo, "SHOW data_directory")
+        .ok()
+        .and_then(|dir| cpu::postmaster_pid(Path::new(&dir)));
+    if postmaster.is_none() {
+        eprintln!("PostgreSQL's processes are not readable here: its CPU is not measured");
+    }
+    let meter = Meter::new(service.pid(), postmaster);
 
-    let mut rows = Vec::new();
-    for &clients in &args.concurrency {
-        let ceiling = measure_ceiling(&conninfo, &same_sql, clients, args.seconds)?;
-        let naive_ceiling = measure_ceiling(&conninfo, &naive, clients, args.seconds)?;
-        let events = ((ceiling.tps * args.seconds as f64) as usize).clamp(1000, 200_000);
-        reset(&conninfo)?;
-        eprintln!("service: {events} unique events at {clients} clients ...");
-        let report = load(&load_args(&service, &args, events, 1, clients, None)).await?;
-        anyhow::ensure!(report.with_status(200) == report.requests(), "non-200 answers: {}", report.text());
-        rows.push(Row {
-            workload: "unique events, no side effects (transaction.updated)".into(),
+    let script = |name: &str, text: String| pgbench::write_script(&work, name, &text);
+    let same_sql = script("same-sql.sql", pgbench::same_sql_script(args.payload_bytes))?;
+    let naive = script("naive.sql", pgbench::naive_script(args.payload_bytes))?;
+    let handler_sql = script("handler-sql.sql", pgbench::handler_sql_script(args.payload_bytes))?;
+    let mut specs: Vec<RowSpec> = args
+        .concurrency
+        .iter()
+        .map(|&clients| RowSpec {
+            kind: Kind::NoEffects,
             clients,
-            ceiling,
-            naive: Some(naive_ceiling),
-            service: report,
+            ceiling: same_sql.clone(),
+            naive: Some(naive.clone()),
+        })
+        .collect();
+    specs.extend(args.effects_concurrency.iter().map(|&clients| RowSpec {
+        kind: Kind::Effects,
+        clients,
+        ceiling: handler_sql.clone(),
+        naive: None,
+    }));
+    if args.storm_events > 0 {
+        specs.push(RowSpec {
+            kind: Kind::Storm { events: args.storm_events, copies: args.storm_copies },
+            clients: args.storm_copies * 3,
+            ceiling: handler_sql.clone(),
+            naive: None,
         });
     }
+    anyhow::ensure!(!specs.is_empty(), "no rows to measure");
 
-    // Events with side effects: unique ones, then the storm of the same
-    // type, every event's copies at the same moment; one effect each.
-    let clients = args.storm_copies * 3;
-    let ceiling = measure_ceiling(&conninfo, &handler_sql, clients, args.seconds)?;
-    let events = ((ceiling.tps * args.seconds as f64) as usize).clamp(1000, 200_000);
-    reset(&conninfo)?;
-    eprintln!("service: {events} unique subscription.created at {clients} clients ...");
-    let report = load(&load_args(&service, &args, events, 1, clients, Some("subscription.created"))).await?;
-    anyhow::ensure!(report.with_status(200) == report.requests(), "non-200 answers: {}", report.text());
-    rows.push(Row {
-        workload: "unique events with side effects (subscription.created)".into(),
-        clients,
-        ceiling,
-        naive: None,
-        service: report,
-    });
-    let ceiling = measure_ceiling(&conninfo, &handler_sql, clients, args.seconds)?;
-    reset(&conninfo)?;
-    eprintln!("service: replay storm {} events × {} copies ...", args.storm_events, args.storm_copies);
-    let storm = load_args(
-        &service,
-        &args,
-        args.storm_events,
-        args.storm_copies,
-        clients,
-        Some("subscription.created"),
-    );
-    let report = load(&storm).await?;
-    let check = storm_check(&conninfo, args.storm_events, args.storm_copies, &report)?;
-    rows.push(Row {
-        workload: format!(
-            "replay storm {} × {} (subscription.created)",
-            args.storm_events, args.storm_copies
-        ),
-        clients,
-        ceiling,
-        naive: None,
-        service: report,
-    });
+    let bench = Bench { args: &args, conninfo, service, meter };
+    let mut rows: Vec<Row> =
+        specs.iter().map(|spec| Row { kind: spec.kind, clients: spec.clients, runs: Vec::new() }).collect();
+    let mut storm_check = None;
+    // Every pass measures every row once, so that a slow drift of the
+    // machine spreads over all rows rather than over one.
+    for pass in 1..=args.runs {
+        for (spec, row) in specs.iter().zip(rows.iter_mut()) {
+            eprintln!("run {pass} of {}: {} at {} clients", args.runs, spec.kind.label(), spec.clients);
+            let (run, check) = bench.measure(spec).await?;
+            row.runs.push(run);
+            storm_check = check.or(storm_check);
+        }
+    }
 
-    let peak_rss_kib = service.peak_rss_kib();
-    service.stop()?;
-    let markdown = render(&args, &rows, &check, peak_rss_kib, &server_version)?;
-    write_section(&args.output, &markdown)?;
-    println!("{markdown}");
+    let peak_rss_kib = bench.service.peak_rss_kib();
+    bench.service.stop()?;
+    let setup = Setup {
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        postgres_version: server_version,
+        commit,
+        date,
+        pool_size: args.pool_size,
+        payload_bytes: args.payload_bytes,
+        seconds: args.seconds,
+        runs: args.runs,
+        peak_rss_kib,
+        storm_check,
+    };
+    let section = results::render(&setup, &rows)?;
+    println!("{section}");
+    if !args.no_write {
+        let note = args.note.clone().unwrap_or_else(|| git(&["log", "-1", "--format=%s"]));
+        results::write(&args.output, &section, &results::history_line(&setup, &rows, &note))?;
+        results::write_summary(&args.readme, &results::summary(&setup, &rows)?)?;
+        eprintln!("wrote {} and {}", args.output.display(), args.readme.display());
+    }
     std::fs::remove_dir_all(&work).ok();
     Ok(())
 }
 
-fn load_args(
-    service: &Service,
-    args: &BenchArgs,
-    events: usize,
-    copies: usize,
-    clients: usize,
-    event_type: Option<&str>,
-) -> LoadArgs {
-    LoadArgs {
-        addr: service.addr,
-        provider: Provider::Paddle,
-        event_type: event_type.map(str::to_string),
-        events,
-        copies,
-        concurrency: clients,
-        payload_bytes: args.payload_bytes,
-        secret: PADDLE_SECRET.to_string(),
-        run_id: None,
-        json: false,
+impl Bench<'_> {
+    /// One run of a row: its ceiling (and naive sequence), then the service
+    /// sending as many deliveries as the ceiling managed, each metered.
+    async fn measure(&self, spec: &RowSpec) -> anyhow::Result<(Run, Option<String>)> {
+        let ceiling = self.ceiling(&spec.ceiling, spec.clients)?;
+        let naive = match &spec.naive {
+            Some(script) => Some(self.ceiling(script, spec.clients)?.0),
+            None => None,
+        };
+        let events = match spec.kind {
+            Kind::Storm { events, .. } => events,
+            _ => ((ceiling.0.tps * self.args.seconds as f64) as usize).clamp(1000, 200_000),
+        };
+        let copies = match spec.kind {
+            Kind::Storm { copies, .. } => copies,
+            _ => 1,
+        };
+        reset(&self.conninfo)?;
+        let load = self.load_args(events, copies, spec.clients, spec.kind.event_type());
+        let prepared = prepare(&load).await?;
+        let before = self.meter.sample()?;
+        let report = prepared.send().await?;
+        let cpu = self.meter.sample()?.since(&before);
+        let check = match spec.kind {
+            Kind::Storm { events, copies } => Some(storm_check(&self.conninfo, events, copies, &report)?),
+            _ => {
+                anyhow::ensure!(
+                    report.with_status(200) == report.requests(),
+                    "non-200 answers: {}",
+                    report.text()
+                );
+                None
+            }
+        };
+        Ok((
+            Run { ceiling: ceiling.0, ceiling_cpu: ceiling.1, naive, service: report, service_cpu: cpu },
+            check,
+        ))
+    }
+
+    /// pgbench running `script` from empty tables, and the CPU it took.
+    fn ceiling(&self, script: &Path, clients: usize) -> anyhow::Result<(Ceiling, Usage)> {
+        reset(&self.conninfo)?;
+        let before = self.meter.sample()?;
+        let ceiling = pgbench::run(&self.conninfo, script, clients, self.args.seconds)?;
+        Ok((ceiling, self.meter.sample()?.since(&before)))
+    }
+
+    fn load_args(&self, events: usize, copies: usize, clients: usize, event_type: Option<&str>) -> LoadArgs {
+        LoadArgs {
+            addr: self.service.addr,
+            provider: Provider::Paddle,
+            event_type: event_type.map(str::to_string),
+            events,
+            copies,
+            concurrency: clients,
+            payload_bytes: self.args.payload_bytes,
+            secret: PADDLE_SECRET.to_string(),
+            run_id: None,
+            json: false,
+        }
     }
 }
 
@@ -183,22 +257,9 @@ fn reset(conninfo: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure_ceiling(
-    conninfo: &str,
-    script: &std::path::Path,
-    clients: usize,
-    seconds: u64,
-) -> anyhow::Result<Ceiling> {
-    reset(conninfo)?;
-    eprintln!(
-        "ceiling: {} at {clients} clients ...",
-        script.file_name().unwrap_or_default().to_string_lossy()
-    );
-    pgbench::run(conninfo, script, clients, seconds)
-}
-
 /// What the database says the storm did: one dedup row, one grant and one
-/// PROCESSED archive row per event, every other copy SKIPPED.
+/// PROCESSED archive row per event, every other copy SKIPPED. Fails the
+/// benchmark otherwise.
 fn storm_check(conninfo: &str, events: usize, copies: usize, report: &Report) -> anyhow::Result<String> {
     let counts = pgbench::psql(
         conninfo,
@@ -224,79 +285,24 @@ fn storm_check(conninfo: &str, events: usize, copies: usize, report: &Report) ->
     ))
 }
 
-fn render(
-    args: &BenchArgs,
-    rows: &[Row],
-    storm_check: &str,
-    peak_rss_kib: Option<u64>,
-    version: &str,
-) -> anyhow::Result<String> {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    let date = std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    let mut md = String::new();
-    writeln!(
-        md,
-        "Measured {date} on {cores} cores, PostgreSQL {version}, service at commit {commit}, pool of {} connections, \
-         ~{} B JSON bodies, {} s per pgbench run; service and pgbench against the same server, one after the other.\n",
-        args.pool_size, args.payload_bytes, args.seconds
-    )?;
-    writeln!(
-        md,
-        "| workload | clients | ceiling: same SQL (req/s) | service (req/s) | service ÷ ceiling | ceiling: naive SQL (req/s) | service ÷ naive | service p50 / p90 / p99 / max (ms) | ceiling avg latency (ms) | service p99 ÷ ceiling avg |"
-    )?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
-    for row in rows {
-        let s = &row.service;
-        let (naive, versus_naive) = match &row.naive {
-            Some(naive) => (format!("{:.0}", naive.tps), format!("**{:.2}**", s.rps() / naive.tps)),
-            None => ("".into(), "".into()),
-        };
-        writeln!(
-            md,
-            "| {} | {} | {:.0} | {:.0} | **{:.2}** | {naive} | {versus_naive} | {:.2} / {:.2} / {:.2} / {:.2} | {:.2} | {:.1} |",
-            row.workload,
-            row.clients,
-            row.ceiling.tps,
-            s.rps(),
-            s.rps() / row.ceiling.tps,
-            s.ms(0.5),
-            s.ms(0.9),
-            s.ms(0.99),
-            s.max_ms(),
-            row.ceiling.latency_avg_ms,
-            s.ms(0.99) / row.ceiling.latency_avg_ms,
-        )?;
-    }
-    writeln!(md, "\nReplay storm check (SQL after the run): {storm_check}\n")?;
-    match peak_rss_kib {
-        Some(kib) => {
-            writeln!(md, "Peak RSS of the service over the whole run: {:.1} MiB.", kib as f64 / 1024.0)?
-        }
-        None => writeln!(md, "Peak RSS of the service: not available on this platform.")?,
-    }
-    Ok(md)
+/// The commit measured, marked when tracked files (other than the ones the benchmark writes) differ from it.
+fn commit() -> String {
+    let head = git(&["rev-parse", "--short", "HEAD"]);
+    let clean = std::process::Command::new("git")
+        .args(["diff", "--quiet", "HEAD", "--", ".", ":!bench/RESULTS.md", ":!README.md"])
+        .status()
+        .is_ok_and(|status| status.success());
+    if clean { head } else { format!("{head} with uncommitted changes") }
 }
 
-const START: &str = "<!-- bench:start -->";
-const END: &str = "<!-- bench:end -->";
+fn git(args: &[&str]) -> String {
+    command_output("git", args)
+}
 
-/// Replaces the text between the markers in `path` (or creates the file),
-/// keeping the hand-written history around it.
-fn write_section(path: &std::path::Path, markdown: &str) -> anyhow::Result<()> {
-    let existing =
-        std::fs::read_to_string(path).unwrap_or_else(|_| format!("# Benchmark results\n\n{START}\n{END}\n"));
-    let (before, rest) =
-        existing.split_once(START).ok_or_else(|| anyhow::anyhow!("{} lacks {START}", path.display()))?;
-    let (_, after) = rest.split_once(END).ok_or_else(|| anyhow::anyhow!("{} lacks {END}", path.display()))?;
-    std::fs::write(path, format!("{before}{START}\n{markdown}{END}{after}"))?;
-    Ok(())
+fn command_output(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
 }

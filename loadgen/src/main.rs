@@ -12,9 +12,11 @@
 mod bench;
 mod client;
 mod console;
+mod cpu;
 mod events;
 mod pgbench;
 mod report;
+mod results;
 mod service;
 
 use std::net::SocketAddr;
@@ -86,6 +88,18 @@ async fn main() -> anyhow::Result<()> {
 
 /// Builds, signs, connects, then sends and measures.
 pub async fn load(args: &LoadArgs) -> anyhow::Result<Report> {
+    prepare(args).await?.send().await
+}
+
+/// A load run ready to go: its requests built and signed, its connections open.
+pub struct Prepared {
+    connections: Vec<client::Connection>,
+    requests: Arc<Vec<events::SignedRequest>>,
+    copies: usize,
+}
+
+/// Builds and signs the requests and opens the connections, before any clock starts.
+pub async fn prepare(args: &LoadArgs) -> anyhow::Result<Prepared> {
     anyhow::ensure!(args.copies >= 1 && args.concurrency >= args.copies, "need concurrency >= copies >= 1");
     let run_id = args.run_id.clone().unwrap_or_else(|| format!("{:x}", events::unix_nanos()));
     let requests = events::build(
@@ -96,13 +110,19 @@ pub async fn load(args: &LoadArgs) -> anyhow::Result<Report> {
         args.events,
         args.payload_bytes,
     )?;
-    // Connections are opened before the clock starts too.
     let groups = args.concurrency / args.copies;
     let mut connections = Vec::with_capacity(groups * args.copies);
     for _ in 0..groups * args.copies {
         connections.push(client::Connection::open(args.addr).await?);
     }
-    let started = Instant::now();
-    let samples = client::run(connections, Arc::new(requests), args.copies).await?;
-    Ok(Report::new(&samples, started.elapsed()))
+    Ok(Prepared { connections, requests: Arc::new(requests), copies: args.copies })
+}
+
+impl Prepared {
+    /// Sends every request and measures.
+    pub async fn send(self) -> anyhow::Result<Report> {
+        let started = Instant::now();
+        let samples = client::run(self.connections, self.requests, self.copies).await?;
+        Ok(Report::new(&samples, started.elapsed()))
+    }
 }

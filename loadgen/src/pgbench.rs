@@ -13,6 +13,8 @@ pub struct Ceiling {
     pub tps: f64,
     /// Average latency of one script run, in milliseconds.
     pub latency_avg_ms: f64,
+    /// Transactions (deliveries) completed.
+    pub transactions: f64,
 }
 
 /// The event-id and payload expressions of a script: a body like loadgen's
@@ -165,7 +167,11 @@ pub fn run(conninfo: &str, script: &Path, clients: usize, seconds: u64) -> anyho
             .and_then(|rest| rest.split_whitespace().next()?.parse::<f64>().ok())
             .ok_or_else(|| anyhow::anyhow!("pgbench printed no {prefix:?}: {stdout}"))
     };
-    Ok(Ceiling { tps: number_after("tps = ")?, latency_avg_ms: number_after("latency average = ")? })
+    Ok(Ceiling {
+        tps: number_after("tps = ")?,
+        latency_avg_ms: number_after("latency average = ")?,
+        transactions: number_after("number of transactions actually processed: ")?,
+    })
 }
 
 /// Runs one SQL command with psql and returns its unaligned output.

@@ -49,6 +49,11 @@ impl Service {
             && answer.starts_with(b"HTTP/1.1 200")
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The most memory the process has held (VmHWM), in KiB.
     pub fn peak_rss_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
