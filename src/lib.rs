@@ -11,10 +11,14 @@
 
 /// The subcommands; `serve` is the composition root.
 pub mod cli;
+/// Outbound HTTP: the one client setup for every request the service makes.
+pub mod client;
 /// Flags and environment variables, parsed and checked.
 pub mod config;
 /// Migrations, the pool, and the embedded PostgreSQL.
 pub mod db;
+/// Forwarding recorded events to the team's own application.
+pub mod destinations;
 /// The domain: what each event type changes, in the delivery's transaction.
 pub mod effects;
 /// The provider-neutral event, and the payload it is read from.

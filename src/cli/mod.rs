@@ -2,19 +2,23 @@
 //! Every subcommand uses the same database configuration (and the embedded
 //! PostgreSQL default) as `serve`; output goes to stdout, logs to stderr.
 
+mod destinations;
 mod events;
+mod jobs;
 mod migrate;
 mod purge;
 mod serve;
 mod table;
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use tracing::Instrument;
 
 use crate::config::{DatabaseConfig, EffectsConfig, LogFormat, ServeConfig};
 use crate::db::Database;
+use crate::destinations::Declaration;
 use crate::inbox::Effects;
 
 /// Verified, archived, exactly-once webhook intake for Paddle, Clerk and more.
@@ -29,6 +33,10 @@ pub struct Cli {
     #[command(flatten)]
     pub database: DatabaseConfig,
 
+    /// The configuration file (TOML) that declares where events are forwarded (see the README, "Forward events to your app"). Unset: no destination.
+    #[arg(long = "config", env = "CONFIG_FILE", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -42,6 +50,12 @@ pub enum Command {
     /// Find, inspect and reprocess archived deliveries.
     #[command(subcommand)]
     Events(events::EventsCommand),
+    /// See, pause, resume and test the destinations events are forwarded to.
+    #[command(subcommand)]
+    Destinations(destinations::DestinationsCommand),
+    /// Find, inspect and replay forwarding jobs.
+    #[command(subcommand)]
+    Jobs(jobs::JobsCommand),
     /// Delete archive rows past their retention age; the dedup table is never touched.
     Purge(purge::PurgeArgs),
     /// Apply the database migrations and exit (then run `serve --no-migrate`).
@@ -59,8 +73,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 /// field HTTP requests log under, which a reprocess also stores in the
 /// archive rows it writes.
 pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
+    let declaration = match &cli.config {
+        Some(path) => Declaration::load(path)?,
+        None => Declaration::default(),
+    };
     let command = match cli.command {
-        Command::Serve(config) => return serve::run(&cli.database, config).await,
+        Command::Serve(config) => return serve::run(&cli.database, config, declaration).await,
         command => command,
     };
     let request_id = uuid::Uuid::now_v7().to_string();
@@ -70,6 +88,8 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         let result = match command {
             Command::Serve(_) => unreachable!("handled above"),
             Command::Events(events) => events::run(&db.pool, events, &request_id, out).await,
+            Command::Destinations(command) => destinations::run(&db.pool, &declaration, command, out).await,
+            Command::Jobs(command) => jobs::run(&db.pool, command, out).await,
             Command::Purge(args) => purge::run(&db.pool, args, out).await,
             Command::Migrate => migrate::run(&db.pool, out).await,
         };
@@ -91,4 +111,11 @@ fn effects(config: &EffectsConfig) -> Effects {
         );
     }
     crate::effects::all(config.paddle_price_credits.clone())
+}
+
+/// Writes `value` as one line of JSON (the `--json` output), hidden
+/// characters escaped (the same JSON value, safe on a terminal).
+fn json_line(out: &mut dyn Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    writeln!(out, "{}", crate::operations::display::visible_json(&serde_json::to_string(value)?))?;
+    Ok(())
 }

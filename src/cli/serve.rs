@@ -11,21 +11,30 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::client;
 use crate::config::{DatabaseConfig, OutboxConfig, RetentionConfig, ServeConfig};
 use crate::db::{self, Database};
+use crate::destinations::{self, Declaration, Forwarding};
 use crate::http::{self, AppState, BearerToken, Limits};
 use crate::operations::{Age, RetentionPolicy, retention};
 use crate::outbox::{Emails, Mailer, Templates};
-use crate::providers::Registry;
+use crate::providers::{self, Registry};
 use crate::queue::{Engine, Schedule};
 
 /// How often retention purges the archive.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
 
 /// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
-pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Result<()> {
+pub async fn run(
+    database: &DatabaseConfig,
+    config: ServeConfig,
+    declaration: Declaration,
+) -> anyhow::Result<()> {
     let providers = Registry::configure(&config.providers, config.signature_tolerance_secs)?;
     let effects = super::effects(&config.effects);
+    let known: Vec<&str> =
+        providers::BUILT_IN.iter().map(|spec| spec.name).chain(providers.names()).collect();
+    declaration.check_providers(&known)?;
     let mailer = mailer(&config.outbox)?;
     let retention = retention_policy(&config.retention)?;
     let admin_token = token(config.admin_token.as_ref(), "ADMIN_TOKEN")?;
@@ -38,15 +47,16 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
         true => db::check_migrated(&db.pool).await,
         false => db::MIGRATOR.run(&db.pool).await.context("applying migrations"),
     };
-    if let Err(error) = migrated {
+    let declared = match migrated {
+        Ok(()) => {
+            destinations::state::declare(&db.pool, &declaration).await.context("declaring the destinations")
+        }
+        Err(error) => Err(error),
+    };
+    if let Err(error) = declared {
         // Stops an embedded server before giving up, rather than orphan it.
         db.close().await;
         return Err(error);
-    }
-    let mut engine =
-        Engine::new(db.pool.clone(), Duration::from_millis(config.outbox.outbox_poll_interval_ms));
-    if let Some(mailer) = mailer {
-        engine.spawn(Emails::new(mailer, schedule(&config.outbox)));
     }
 
     let mut state = AppState::new(
@@ -61,9 +71,18 @@ pub async fn run(database: &DatabaseConfig, config: ServeConfig) -> anyhow::Resu
     if let Some(token) = metrics_token {
         state = state.with_metrics_token(token);
     }
+    let mut engine =
+        Engine::new(db.pool.clone(), Duration::from_millis(config.outbox.outbox_poll_interval_ms));
+    if let Some(mailer) = mailer {
+        engine.spawn(Emails::new(mailer, schedule(&config.outbox)));
+    }
+    let forwarding = Forwarding::start(declaration, client::build(), &mut engine, &state.metrics);
+    let destinations: Vec<String> = forwarding.declaration.iter().map(|d| d.name.clone()).collect();
+    state = state.with_forwarding(forwarding);
     tracing::info!(
         addr = %listener.local_addr()?,
         enabled = ?state.providers.names(),
+        ?destinations,
         admin_api_and_console = state.admin_token.is_some(),
         "listening"
     );

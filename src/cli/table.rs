@@ -1,4 +1,4 @@
-//! Archive rows as an aligned text table.
+//! Aligned text tables: archive rows, destinations, jobs.
 
 use std::io::{self, Write};
 
@@ -29,8 +29,17 @@ pub fn deliveries(out: &mut dyn Write, rows: &[ArchivedDelivery]) -> io::Result<
             ]
         })
         .collect();
+    write(out, header, &lines)
+}
+
+/// Writes `lines` under `header`, each column as wide as its widest cell.
+pub fn write<const N: usize>(
+    out: &mut dyn Write,
+    header: [&str; N],
+    lines: &[[String; N]],
+) -> io::Result<()> {
     let mut widths = header.map(str::len);
-    for line in &lines {
+    for line in lines {
         for (width, cell) in widths.iter_mut().zip(line) {
             *width = (*width).max(cell.chars().count());
         }
@@ -39,7 +48,11 @@ pub fn deliveries(out: &mut dyn Write, rows: &[ArchivedDelivery]) -> io::Result<
     lines.iter().try_for_each(|line| write_line(out, line, &widths))
 }
 
-fn write_line(out: &mut dyn Write, cells: &[String; 8], widths: &[usize; 8]) -> io::Result<()> {
+fn write_line<const N: usize>(
+    out: &mut dyn Write,
+    cells: &[String; N],
+    widths: &[usize; N],
+) -> io::Result<()> {
     let mut line = String::new();
     for (cell, width) in cells.iter().zip(widths) {
         line.push_str(&format!("{cell:<width$}  "));
@@ -53,7 +66,7 @@ pub fn time(time: DateTime<Utc>) -> String {
 }
 
 /// The first line of `text`, cut to [`ERROR_WIDTH`] characters.
-fn first_line(text: &str) -> String {
+pub fn first_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or_default();
     match line.char_indices().nth(ERROR_WIDTH) {
         Some((cut, _)) => format!("{}…", &line[..cut]),

@@ -8,6 +8,8 @@ use serde_json::json;
 use crate::event::EventError;
 use crate::inbox::InboxError;
 use crate::operations::ReprocessError;
+use crate::operations::destinations::DestinationError;
+use crate::operations::jobs::ReplayError;
 use crate::providers::SignatureError;
 
 /// Seconds a provider is asked to wait before retrying a 503.
@@ -52,6 +54,16 @@ pub enum ApiError {
     /// No archive row has this id: 404.
     #[error("archived event {0} not found")]
     EventNotFound(i64),
+    /// No forwarding job has this id: 404.
+    #[error("job {0} not found")]
+    JobNotFound(i64),
+    /// No destination has this name: 404.
+    #[error("destination {0:?} not found")]
+    DestinationNotFound(String),
+    /// The request conflicts with the resource's state (a replay of a
+    /// pending job): 409.
+    #[error("{0}")]
+    Conflict(String),
     /// An archived row that cannot be reprocessed as stored: 422.
     #[error("{0}")]
     Unprocessable(String),
@@ -74,7 +86,10 @@ impl ApiError {
             ApiError::InvalidEvent(_) | ApiError::BodyRead | ApiError::BadRequest(_) => {
                 StatusCode::BAD_REQUEST
             }
-            ApiError::EventNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::EventNotFound(_) | ApiError::JobNotFound(_) | ApiError::DestinationNotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -154,6 +169,25 @@ impl From<ReprocessError> for ApiError {
             unprocessable @ ReprocessError::Unreadable(_) => {
                 ApiError::Unprocessable(unprocessable.to_string())
             }
+        }
+    }
+}
+
+impl From<ReplayError> for ApiError {
+    fn from(error: ReplayError) -> Self {
+        match error {
+            ReplayError::NotFound(id) => ApiError::JobNotFound(id),
+            pending @ ReplayError::Pending(_) => ApiError::Conflict(pending.to_string()),
+            ReplayError::Database(error) => error.into(),
+        }
+    }
+}
+
+impl From<DestinationError> for ApiError {
+    fn from(error: DestinationError) -> Self {
+        match error {
+            DestinationError::NotFound(name) => ApiError::DestinationNotFound(name),
+            DestinationError::Database(error) => error.into(),
         }
     }
 }

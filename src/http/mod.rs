@@ -22,6 +22,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
+use crate::destinations::Forwarding;
 use crate::inbox::{Effects, Workers};
 use crate::monitoring::Metrics;
 use crate::providers::{self, Registry};
@@ -63,6 +64,8 @@ pub struct AppState {
     pub console: ConsoleSettings,
     /// The token `GET /metrics` requires; `None`: open.
     pub metrics_token: Option<BearerToken>,
+    /// Where events are forwarded; by default nowhere.
+    pub forwarding: Forwarding,
 }
 
 impl AppState {
@@ -79,7 +82,14 @@ impl AppState {
             admin_token: None,
             console: ConsoleSettings::default(),
             metrics_token: None,
+            forwarding: Forwarding::default(),
         }
+    }
+
+    /// Forwards events as `forwarding` says.
+    pub fn with_forwarding(mut self, forwarding: Forwarding) -> Self {
+        self.forwarding = forwarding;
+        self
     }
 
     /// Turns the admin API on, behind `token`.

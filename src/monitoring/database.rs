@@ -16,7 +16,7 @@ pub(super) const POOL_CONNECTIONS: &str = "webhook_db_pool_connections";
 pub(super) const POOL_MAX: &str = "webhook_db_pool_max_connections";
 
 /// Longest a scrape waits for the database before rendering without it.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Scrapes within this long of the last query reuse its values: however
 /// many scrapers there are, the query runs at most this often per process.
@@ -56,8 +56,10 @@ impl DatabaseGauges {
     }
 
     /// Brings the gauges up to date: the pool's at once, the queried ones
-    /// unless they were queried less than [`QUERY_EVERY`] ago.
-    pub(super) async fn refresh(&self, pool: &PgPool) {
+    /// unless they were queried less than [`QUERY_EVERY`] ago. Returns
+    /// whether it queried, so that the other database-backed gauges follow
+    /// the same pace.
+    pub(super) async fn refresh(&self, pool: &PgPool) -> bool {
         let (size, idle) = (pool.size(), pool.num_idle() as u32);
         self.pool_idle.set(idle);
         self.pool_in_use.set(size.saturating_sub(idle));
@@ -66,7 +68,7 @@ impl DatabaseGauges {
         // Concurrent scrapes wait for one query rather than each run theirs.
         let mut last_query = self.last_query.lock().await;
         if last_query.is_some_and(|at| at.elapsed() < QUERY_EVERY) {
-            return;
+            return false;
         }
         match tokio::time::timeout(QUERY_TIMEOUT, query(pool)).await {
             Ok(Ok(Row { failed_24h, oldest_failure, outbox_pending, outbox_dead })) => {
@@ -76,16 +78,24 @@ impl DatabaseGauges {
                 self.outbox_dead.set(outbox_dead as f64);
                 self.query_ok.set(1);
                 *last_query = Some(Instant::now());
+                true
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "metrics: database gauges not refreshed");
                 self.query_ok.set(0);
+                false
             }
             Err(_) => {
                 tracing::warn!("metrics: database gauges query timed out");
                 self.query_ok.set(0);
+                false
             }
         }
+    }
+
+    /// Notes that a further database-backed gauge could not be read.
+    pub(super) fn failed(&self) {
+        self.query_ok.set(0);
     }
 }
 

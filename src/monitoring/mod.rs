@@ -6,6 +6,7 @@
 
 mod database;
 mod deliveries;
+mod destinations;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use sqlx::PgPool;
 
 use database::DatabaseGauges;
 pub use deliveries::ProviderMetrics;
+pub use destinations::{ATTEMPT_OUTCOMES, DestinationMetrics};
 
 /// How often recorded histogram samples are folded into their buckets when
 /// nobody scrapes (scrapes do it too), so memory stays bounded.
@@ -29,6 +31,10 @@ const BATCH_FALLBACKS: &str = "webhook_batch_fallbacks_total";
 /// few milliseconds; seconds mean waiting on a lock or the pool.
 const DURATION_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
 
+/// Seconds an attempt to forward an event takes: a receiver that answers at
+/// once takes milliseconds; the timeout (15 s by default) ends the others.
+const ATTEMPT_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0];
+
 /// Seconds from the event to its processing: providers deliver within
 /// seconds, and retry for up to days.
 const LAG_BUCKETS: [f64; 12] =
@@ -39,6 +45,7 @@ pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
     providers: RwLock<Vec<Arc<ProviderMetrics>>>,
+    destinations: RwLock<Vec<Arc<DestinationMetrics>>>,
     database: DatabaseGauges,
 }
 
@@ -52,6 +59,12 @@ impl Metrics {
             .and_then(|builder| {
                 builder.set_buckets_for_metric(Matcher::Full(deliveries::LAG.into()), &LAG_BUCKETS)
             })
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(destinations::ATTEMPT_DURATION.into()),
+                    &ATTEMPT_BUCKETS,
+                )
+            })
             .expect("non-empty buckets")
             .build_recorder();
         describe(&recorder);
@@ -60,6 +73,7 @@ impl Metrics {
             providers: RwLock::new(
                 providers.iter().map(|name| Arc::new(ProviderMetrics::register(&recorder, name))).collect(),
             ),
+            destinations: RwLock::default(),
             database: DatabaseGauges::register(&recorder),
             recorder,
         });
@@ -90,13 +104,40 @@ impl Metrics {
         self.recorder.register_counter(&metrics::Key::from_static_name(BATCH_FALLBACKS), &METADATA)
     }
 
+    /// The handles of destination `name`, registered on first use.
+    pub fn destination(&self, name: &str) -> Arc<DestinationMetrics> {
+        let find =
+            |destinations: &[Arc<DestinationMetrics>]| destinations.iter().find(|d| d.name == name).cloned();
+        if let Some(found) = find(&self.destinations.read().unwrap_or_else(|e| e.into_inner())) {
+            return found;
+        }
+        let mut destinations = self.destinations.write().unwrap_or_else(|e| e.into_inner());
+        find(&destinations).unwrap_or_else(|| {
+            let registered = Arc::new(DestinationMetrics::register(&self.recorder, name));
+            destinations.push(registered.clone());
+            registered
+        })
+    }
+
     /// The Prometheus text exposition, with the gauges brought up to date.
     pub async fn render(&self, pool: &PgPool) -> String {
         let now = Utc::now();
         for provider in self.providers.read().unwrap_or_else(|e| e.into_inner()).iter() {
             provider.refresh_silence(now);
         }
-        self.database.refresh(pool).await;
+        if self.database.refresh(pool).await {
+            match tokio::time::timeout(database::QUERY_TIMEOUT, destinations::query(pool)).await {
+                Ok(Ok(rows)) => destinations::set_all(&rows, |name| self.destination(name)),
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "metrics: destination gauges not refreshed");
+                    self.database.failed();
+                }
+                Err(_) => {
+                    tracing::warn!("metrics: destination gauges query timed out");
+                    self.database.failed();
+                }
+            }
+        }
         self.handle.render()
     }
 }
@@ -124,6 +165,7 @@ fn spawn_upkeep(metrics: &Arc<Metrics>) {
 fn describe(recorder: &PrometheusRecorder) {
     use database::*;
     use deliveries::*;
+    use destinations::*;
     let describe = |name: &'static str, unit: Option<Unit>, help: &'static str| {
         recorder.describe_counter(KeyName::from_const_str(name), unit, help.into())
     };
@@ -153,6 +195,27 @@ fn describe(recorder: &PrometheusRecorder) {
         "Outbox emails by state: pending (waiting to be sent or retried), dead (given up).",
     );
     describe(QUERY_OK, None, "1 when the last database query for these gauges succeeded.");
+    describe(
+        ATTEMPTS,
+        None,
+        "Attempts to forward an event, by destination and outcome: sent (2xx), http_error, gone (410), timeout, network.",
+    );
+    describe(
+        ATTEMPT_DURATION,
+        Some(Unit::Seconds),
+        "Time from an attempt's start to its answer (or failure).",
+    );
+    describe(
+        JOBS,
+        None,
+        "Jobs by destination and status: pending (waiting or being retried), dead (given up).",
+    );
+    describe(OLDEST_PENDING, Some(Unit::Seconds), "Age of the destination's oldest pending job (0: none).");
+    describe(
+        STATE,
+        None,
+        "1 for the destination's current state: running, paused, disabled (it answered 410), circuit_open, circuit_half_open.",
+    );
     describe(POOL_CONNECTIONS, None, "Open database connections, idle or in use.");
     describe(POOL_MAX, None, "The database pool's maximum size.");
 }

@@ -1,13 +1,15 @@
-//! What operators do with the archive: find, inspect, reprocess and purge
-//! deliveries. The CLI (`src/cli/`), the admin API (`src/http/admin/`) and
-//! the console (`src/http/console/`) are three front ends to these same
-//! functions.
+//! What operators do with the archive (find, inspect, reprocess and purge
+//! deliveries) and with forwarding (destinations and their jobs). The CLI
+//! (`src/cli/`), the admin API (`src/http/admin/`) and the console
+//! (`src/http/console/`) are three front ends to these same functions.
 
 pub mod age;
 pub mod audit;
 pub mod bulk;
+pub mod destinations;
 pub mod display;
 pub mod filter;
+pub mod jobs;
 pub mod overview;
 pub mod page;
 pub mod purge;

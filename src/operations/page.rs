@@ -25,6 +25,18 @@ impl fmt::Display for Cursor {
     }
 }
 
+impl Cursor {
+    /// The cursor of the page that follows the row `id` (ids descending).
+    pub fn after(id: i64) -> Cursor {
+        Cursor { before: id }
+    }
+
+    /// The next page's rows have ids below this.
+    pub fn before(self) -> i64 {
+        self.before
+    }
+}
+
 /// A cursor that was not one of ours.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("invalid cursor")]

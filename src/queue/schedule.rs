@@ -48,9 +48,10 @@ impl Schedule {
     }
 
     /// The longest wait a receiver may ask for (`Retry-After`): the longest
-    /// delay of the schedule, and at least a minute.
+    /// delay of the schedule, and at least an hour, so that a receiver
+    /// cannot park a row for ever.
     pub fn longest_wait(&self) -> Duration {
-        self.delays.iter().copied().max().unwrap_or_default().max(Duration::from_secs(60))
+        self.delays.iter().copied().max().unwrap_or_default().max(Duration::from_secs(3600))
     }
 
     /// The delay before the next attempt once `attempt` (1 for the first)

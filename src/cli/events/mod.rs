@@ -7,10 +7,9 @@ mod show;
 use std::io::Write;
 
 use clap::Subcommand;
-use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::operations::display;
+use super::json_line;
 
 /// The `events` subcommands.
 #[derive(Debug, Subcommand)]
@@ -35,11 +34,4 @@ pub async fn run(
         EventsCommand::Show(args) => show::run(pool, args, out).await,
         EventsCommand::Reprocess(args) => reprocess::run(pool, args, request_id, out).await,
     }
-}
-
-/// Writes `value` as one line of JSON (the `--json` output), hidden
-/// characters escaped (the same JSON value, safe on a terminal).
-fn json_line(out: &mut dyn Write, value: &impl Serialize) -> anyhow::Result<()> {
-    writeln!(out, "{}", display::visible_json(&serde_json::to_string(value)?))?;
-    Ok(())
 }

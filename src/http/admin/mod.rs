@@ -1,7 +1,8 @@
-//! The admin API: the CLI's `events` commands over HTTP, JSON in and out,
+//! The admin API: the CLI's `events`, `destinations` and `jobs` commands over HTTP, JSON in and out,
 //! behind a bearer token. Mounted only when `ADMIN_TOKEN` is set, so without
 //! one every `/admin` path answers 404.
 
+mod destinations;
 mod events;
 
 use axum::Router;
@@ -20,6 +21,14 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/events/reprocess", post(events::reprocess_matching))
         .route("/events/{id}", get(events::show))
         .route("/events/{id}/reprocess", post(events::reprocess_one))
+        .route("/destinations", get(destinations::list))
+        .route("/destinations/{name}/pause", post(destinations::pause))
+        .route("/destinations/{name}/resume", post(destinations::resume))
+        .route("/destinations/{name}/test", post(destinations::test))
+        .route("/jobs", get(destinations::list_jobs))
+        .route("/jobs/replay", post(destinations::replay_dead))
+        .route("/jobs/{id}", get(destinations::show_job))
+        .route("/jobs/{id}/replay", post(destinations::replay_job))
         .layer(middleware::from_fn_with_state(state, authorize))
 }
 

@@ -7,7 +7,9 @@ pub mod cli;
 pub mod console;
 pub mod database;
 pub mod events;
+pub mod forwarding;
 pub mod outbox;
+pub mod receiver;
 pub mod signing;
 // Shared with the fault suite (`tests/faults`), each using what the other does not.
 #[allow(dead_code)]

@@ -1,0 +1,139 @@
+use super::*;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn parse(text: &str) -> Result<Declaration, String> {
+    Declaration::parse(text, "destinations.toml", |name| (name == "APP_SECRET").then(|| SECRET.to_string()))
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_full_declaration_is_read_with_its_defaults() {
+    let declaration = parse(&format!(
+        r#"
+[[destinations]]
+name = "billing-app"
+url = "https://billing.example/hooks"
+secret = "${{APP_SECRET}}"
+events = ["paddle:subscription.*", "clerk:*"]
+
+[[destinations]]
+name = "audit"
+url = "http://127.0.0.1:9000/in"
+secret = ["{SECRET}", "${{APP_SECRET}}"]
+events = ["stripe:invoice.paid"]
+timeout = "2s"
+retry_schedule = ["1s", "100ms"]
+rate_limit = 5
+ordering = "entity"
+concurrency = 3
+circuit_breaker = {{ failures = 2, cooldown = "30s" }}
+"#
+    ))
+    .unwrap();
+    let billing = declaration.get("billing-app").unwrap();
+    assert_eq!(billing.url.as_str(), "https://billing.example/hooks");
+    assert_eq!(billing.keys().len(), 1);
+    assert!(billing.wants("paddle", "subscription.created") && billing.wants("clerk", "user.deleted"));
+    assert!(!billing.wants("paddle", "transaction.completed"));
+    assert_eq!(billing.timeout, Duration::from_secs(15));
+    assert_eq!(billing.schedule.attempts(), 8, "Svix's: at once, then 7 retries");
+    assert_eq!(billing.schedule.delays()[1], Duration::from_secs(300));
+    assert_eq!((billing.rate_limit, billing.ordering, billing.concurrency), (None, Ordering::None, 10));
+    assert_eq!(billing.circuit, Circuit { failures: 10, cooldown: Duration::from_secs(60) });
+
+    let audit = declaration.get("audit").unwrap();
+    assert_eq!(audit.keys().len(), 2);
+    assert_eq!(audit.timeout, Duration::from_secs(2));
+    assert_eq!(audit.schedule.delays(), [Duration::from_secs(1), Duration::from_millis(100)]);
+    assert_eq!((audit.rate_limit, audit.ordering, audit.concurrency), (Some(5.0), Ordering::Entity, 3));
+    assert_eq!(audit.circuit, Circuit { failures: 2, cooldown: Duration::from_secs(30) });
+    assert_eq!(declaration.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["billing-app", "audit"]);
+    assert!(!format!("{billing:?}").contains("MfKQ"), "keys are never printed");
+}
+
+#[test]
+fn an_empty_file_declares_nothing() {
+    assert!(parse("").unwrap().is_empty());
+    assert!(parse("destinations = []").unwrap().is_empty());
+}
+
+#[test]
+fn each_mistake_is_named_by_line_and_field_without_the_secret() {
+    let destination = |line: &str| {
+        format!(
+            "# destinations\n[[destinations]]\nname = \"app\"\nurl = \"https://app.example/\"\nsecret = \"{SECRET}\"\nevents = [\"paddle:*\"]\n{line}\n"
+        )
+    };
+    let cases = [
+        ("timeout = \"soon\"", "line 7: destination \"app\", `timeout`: must be a duration"),
+        ("timeout = \"10m\"", "line 7: destination \"app\", `timeout`: must be a duration from 10ms to 5m"),
+        (
+            "retry_schedule = [\"5s\", \"later\"]",
+            "line 7: destination \"app\", `retry_schedule`: \"later\" is not a duration",
+        ),
+        (
+            "rate_limit = 0",
+            "line 7: destination \"app\", `rate_limit`: must be a number of requests per second",
+        ),
+        ("ordering = \"strict\"", "line 7: destination \"app\", `ordering`: must be \"none\" or \"entity\""),
+        ("concurrency = 0", "line 7: destination \"app\", `concurrency`: must be from 1 to 1000"),
+        ("urll = \"x\"", "line 7: unknown field `urll`"),
+        (
+            "circuit_breaker = { failures = 0 }",
+            "line 7: destination \"app\", `circuit_breaker.failures`: must be at least 1",
+        ),
+    ];
+    for (line, expected) in cases {
+        let error = parse(&destination(line)).unwrap_err();
+        assert!(error.starts_with("destinations.toml, ") && error.contains(expected), "{line}: {error}");
+    }
+
+    let replace = |from: &str, to: &str| parse(&destination("").replace(from, to)).unwrap_err();
+    assert!(
+        replace("name = \"app\"", "name = \"App!\"")
+            .contains("line 3: destination \"App!\", `name`: must be 1 to 64")
+    );
+    assert!(
+        replace("https://app.example/", "ftp://app.example/")
+            .contains("line 4: destination \"app\", `url`: is not an http")
+    );
+    assert!(
+        replace("\"paddle:*\"", "\"paddle\"")
+            .contains("line 6: destination \"app\", `events`: \"paddle\" is not an event pattern")
+    );
+    assert!(
+        replace("[\"paddle:*\"]", "[]").contains("line 6: destination \"app\", `events`: names no event")
+    );
+    assert!(replace("url = \"https://app.example/\"\n", "").contains("line 2: missing field `url`"));
+
+    let short = replace(SECRET, "whsec_c2hvcnQ=");
+    assert!(
+        short.contains("line 5: destination \"app\", `secret`: is shorter than 16 bytes once decoded"),
+        "{short}"
+    );
+    let unset = replace(SECRET, "${NOT_SET}");
+    assert!(
+        unset.contains("line 5: destination \"app\", `secret`: names ${NOT_SET}, which is not set"),
+        "{unset}"
+    );
+    let second = replace(&format!("\"{SECRET}\""), &format!("[\"{SECRET}\", \"whsec_\"]"));
+    assert!(second.contains("`secret`: #2 is shorter than 16 bytes"), "{second}");
+    for error in [short, unset, second] {
+        assert!(!error.contains("MfKQ") && !error.contains("c2hvcnQ"), "a secret in {error}");
+    }
+
+    let twice = parse(&format!("{}{}", destination(""), destination("").replace("# destinations\n", "")));
+    assert!(twice.unwrap_err().contains("line 9: destination \"app\", `name`: is declared twice"));
+}
+
+#[test]
+fn patterns_must_name_providers_that_are_configured() {
+    let declaration = parse(&format!(
+        "[[destinations]]\nname = \"app\"\nurl = \"http://x.example\"\nsecret = \"{SECRET}\"\nevents = [\"padle:*\"]\n"
+    ))
+    .unwrap();
+    let error = declaration.check_providers(&["paddle", "clerk"]).unwrap_err().to_string();
+    assert!(error.contains("\"padle\", which is not configured here"), "{error}");
+    assert!(declaration.check_providers(&["padle"]).is_ok());
+}

@@ -1,0 +1,81 @@
+//! Forwarding recorded events to the team's own application.
+//!
+//! Destinations are declared in a file (`declaration`): where to POST, the
+//! signing secret, which events (`patterns`). When an event is recorded for
+//! the first time, one job per destination that wants it is inserted in the
+//! same transaction as its dedup row (`jobs`), so a duplicate never makes a
+//! second one and a rolled-back handler takes its jobs with it. Each
+//! destination is then a queue of the engine (`queue`): its jobs are sent,
+//! signed the Standard Webhooks way (`signer`), as one HTTP request each
+//! (`sender`), retried on the destination's schedule, in order per entity
+//! where asked (`entity`), within a rate limit and behind a circuit breaker
+//! kept in the database (`state`), so every replica and the CLI agree.
+
+pub mod declaration;
+pub mod entity;
+pub mod jobs;
+pub mod patterns;
+pub mod queue;
+pub mod sender;
+pub mod signer;
+pub mod state;
+
+pub use declaration::{Circuit, Declaration, DeclarationError, Destination, Ordering};
+pub use jobs::{NewJob, enqueue};
+pub use queue::DestinationQueue;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::monitoring::Metrics;
+use crate::queue::{Engine, Wake};
+
+/// What the service forwards with: the declaration, the HTTP client, and
+/// a handle on each destination's running queue. Cheap to clone; the
+/// default forwards nothing.
+#[derive(Clone)]
+pub struct Forwarding {
+    /// The declared destinations.
+    pub declaration: Arc<Declaration>,
+    /// The client every request goes out with.
+    pub client: reqwest::Client,
+    wakes: Arc<HashMap<String, Wake>>,
+}
+
+impl Default for Forwarding {
+    fn default() -> Self {
+        Forwarding { declaration: Arc::default(), client: crate::client::build(), wakes: Arc::default() }
+    }
+}
+
+impl Forwarding {
+    /// Runs a queue per destination of `declaration` on `engine`, sending
+    /// with `client` and counting in `metrics`.
+    pub fn start(
+        declaration: Declaration,
+        client: reqwest::Client,
+        engine: &mut Engine,
+        metrics: &Metrics,
+    ) -> Self {
+        let wakes = declaration
+            .iter()
+            .map(|destination| {
+                let queue = DestinationQueue::new(
+                    destination.clone(),
+                    client.clone(),
+                    Some(metrics.destination(&destination.name)),
+                );
+                (destination.name.clone(), engine.spawn(queue))
+            })
+            .collect();
+        Forwarding { declaration: Arc::new(declaration), client, wakes: Arc::new(wakes) }
+    }
+
+    /// Tells `destination`'s queue that it has new jobs (this process just
+    /// committed them), so it claims them now rather than at its next poll.
+    pub fn wake(&self, destination: &str) {
+        if let Some(wake) = self.wakes.get(destination) {
+            wake.wake();
+        }
+    }
+}

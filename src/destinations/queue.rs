@@ -1,0 +1,278 @@
+//! Each declared destination is a queue of the engine (`crate::queue`): its
+//! claim skips what must not be sent now (paused, disabled by a 410, circuit
+//! open, over the rate limit, an entity whose earlier event is not sent
+//! yet), its send is one signed POST, and its record also writes the
+//! attempt and moves the circuit breaker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Connection, PgConnection};
+
+use super::declaration::{Destination, Ordering};
+use super::jobs::Claimed;
+use super::sender::{self, Attempt, Outgoing};
+use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
+use crate::queue::{Done, Outcome, Queue, Schedule};
+
+/// A lease outlasts the request's timeout by this much: room for the
+/// record after it, beyond the engine's own margin.
+const LEASE_SLACK: Duration = Duration::from_secs(15);
+
+/// One destination's queue.
+pub struct DestinationQueue {
+    destination: Arc<Destination>,
+    client: reqwest::Client,
+    label: String,
+    metrics: Option<Arc<crate::monitoring::DestinationMetrics>>,
+}
+
+impl DestinationQueue {
+    /// Sends to `destination` with `client`, counting in `metrics`.
+    pub fn new(
+        destination: Arc<Destination>,
+        client: reqwest::Client,
+        metrics: Option<Arc<crate::monitoring::DestinationMetrics>>,
+    ) -> DestinationQueue {
+        let label = format!("destination {}", destination.name);
+        DestinationQueue { destination, client, label, metrics }
+    }
+}
+
+/// The claim, for one destination (`$4`), within its rate limit (`$5`
+/// requests/s, bursts of `$6`; NULL: unlimited).
+///
+/// Why the destination's row is locked (`FOR UPDATE`) by every claim: the
+/// token bucket and the circuit's probe live there, and the replicas must
+/// take turns to spend them. A claim that waited reads the row as the one
+/// before left it.
+macro_rules! claim {
+    ($ordered:literal) => {
+        concat!(
+            "WITH state AS MATERIALIZED (
+                 SELECT name,
+                        CASE WHEN $5::float8 IS NULL THEN NULL
+                             -- In seconds as float8: a new row's -infinity refills it whole.
+                             ELSE least($6::float8, tokens + $5 * greatest(0, extract(epoch FROM $1) - extract(epoch FROM tokens_at)))
+                        END AS tokens,
+                        -- Open past its cool-down: half open, one probe goes.
+                        circuit_open_until IS NOT NULL AS probe
+                 FROM destinations
+                 WHERE name = $4 AND paused_at IS NULL AND disabled_at IS NULL
+                   AND (circuit_open_until IS NULL OR circuit_open_until <= $1)
+                 FOR UPDATE
+             ),
+             due AS MATERIALIZED (
+                 SELECT j.id FROM destination_jobs AS j
+                 WHERE j.destination = $4 AND ",
+            queue_due!("j"),
+            $ordered,
+            "
+                 ORDER BY j.next_attempt_at, j.id
+                 LIMIT coalesce((SELECT CASE WHEN probe THEN least($3, 1)
+                                             ELSE least($3, floor(coalesce(tokens, $3)))::bigint END
+                                 FROM state), 0)
+                 FOR UPDATE OF j SKIP LOCKED
+             ),
+             claimed AS (
+                 UPDATE destination_jobs AS o SET ",
+            queue_lease!("o"),
+            " FROM due WHERE o.id = due.id AND ",
+            queue_due!("o"),
+            "
+                 RETURNING o.id, o.claim_token, o.attempts, o.schedule_from, o.provider, o.event_id,
+                           o.event_type, o.occurred_at, o.body
+             ),
+             spent AS (
+                 UPDATE destinations AS d
+                 SET tokens = coalesce(s.tokens - (SELECT count(*) FROM claimed), d.tokens),
+                     -- Never back: a replica whose clock is behind refills nothing.
+                     tokens_at = greatest(d.tokens_at, $1),
+                     -- A probe holds the circuit half open until its lease ends.
+                     circuit_open_until = CASE WHEN s.probe THEN $2 ELSE d.circuit_open_until END
+                 FROM state AS s
+                 WHERE d.name = s.name AND EXISTS (SELECT FROM claimed)
+             )
+             SELECT * FROM claimed"
+        )
+    };
+}
+
+/// Any order.
+const CLAIM: &str = claim!("");
+
+/// One event of an entity at a time, in order: a job is due only when no
+/// other pending job of its entity is older, or in flight (leased). Run in
+/// a transaction after the destination's row is locked (see
+/// [`DestinationQueue::claim`]).
+const CLAIM_ORDERED: &str = claim!(
+    "
+                   AND (j.ordering_key IS NULL OR NOT EXISTS (
+                        SELECT FROM destination_jobs AS e
+                        WHERE e.destination = j.destination AND e.ordering_key = j.ordering_key
+                          AND e.status = 'pending' AND e.id <> j.id
+                          AND (e.id < j.id OR e.locked_until > $1)))"
+);
+
+/// The record: the engine's, then the attempts, then the circuit breaker
+/// and a 410's disabling on the destination's row.
+const RECORD: &str = concat!(
+    "WITH recorded AS (",
+    queue_record!("destination_jobs", "int8"),
+    " RETURNING q.id),
+     attempts AS (
+         INSERT INTO destination_attempts
+             (attempted_at, job_id, attempt, destination, duration_ms, status_code, error, response_body)
+         SELECT a.attempted_at, a.job_id, a.attempt, $6, a.duration_ms, a.status_code, a.error, a.body
+         FROM unnest($7::timestamptz[], $1::int8[], $8::int4[], $9::float8[], $10::int2[], $4::text[], $11::text[])
+              AS a(attempted_at, job_id, attempt, duration_ms, status_code, error, body)
+         -- A record repeated after a lost answer writes each attempt once.
+         ON CONFLICT DO NOTHING
+     ),
+     failures AS (
+         SELECT CASE WHEN $12 THEN $13 ELSE consecutive_failures + $13 END AS n
+         FROM destinations WHERE name = $6
+     )
+     UPDATE destinations
+     SET consecutive_failures = failures.n,
+         circuit_open_until = CASE WHEN failures.n >= $14 THEN $15
+                                   WHEN $12 THEN NULL
+                                   ELSE circuit_open_until END,
+         disabled_at = CASE WHEN $16 THEN coalesce(disabled_at, now()) ELSE disabled_at END
+     FROM failures
+     WHERE name = $6"
+);
+
+impl Queue for DestinationQueue {
+    type Job = Claimed;
+    type Attempt = Attempt;
+
+    fn name(&self) -> &str {
+        &self.label
+    }
+
+    fn capacity(&self) -> usize {
+        self.destination.concurrency
+    }
+
+    fn lease(&self) -> Duration {
+        self.destination.timeout + LEASE_SLACK
+    }
+
+    fn schedule(&self) -> &Schedule {
+        &self.destination.schedule
+    }
+
+    async fn claim(
+        &self,
+        conn: &mut PgConnection,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> sqlx::Result<Vec<Claimed>> {
+        let destination = &*self.destination;
+        let claim = |sql: &'static str| {
+            sqlx::query_as::<_, Claimed>(sql)
+                .bind(now)
+                .bind(lease_until)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(&destination.name)
+                .bind(destination.rate_limit)
+                .bind(destination.rate_limit.map(|rate| rate.max(1.0)))
+        };
+        match destination.ordering {
+            Ordering::None => claim(CLAIM).fetch_all(conn).await,
+            // Why a transaction that locks the row first: the claim must see
+            // every claim made before it. A single statement reads with the
+            // snapshot it started with, and one that waited for another
+            // replica's claim would not see that claim's leases, and could
+            // send an entity's next event while the previous one is in flight.
+            Ordering::Entity => {
+                let mut tx = conn.begin().await?;
+                sqlx::query("SELECT FROM destinations WHERE name = $1 FOR UPDATE")
+                    .bind(&destination.name)
+                    .execute(&mut *tx)
+                    .await?;
+                let claimed = claim(CLAIM_ORDERED).fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(claimed)
+            }
+        }
+    }
+
+    async fn send(&self, job: &Claimed) -> Attempt {
+        let outgoing = Outgoing {
+            provider: &job.provider,
+            event_type: &job.event_type,
+            event_id: &job.event_id,
+            occurred_at: job.occurred_at,
+            body: job.body.clone(),
+            attempt: u32::try_from(job.attempts).unwrap_or(u32::MAX),
+        };
+        sender::send(&self.client, &self.destination, &outgoing, Utc::now()).await
+    }
+
+    async fn record(&self, conn: &mut PgConnection, done: &[Done<Claimed, Attempt>]) -> sqlx::Result<()> {
+        // The circuit counts consecutive failures, in the order the sends ended.
+        let last_success = done.iter().rposition(|d| d.attempt.error.is_none());
+        let failures_after = done[last_success.map_or(0, |i| i + 1)..].len() as i32;
+        let circuit = self.destination.circuit;
+        // On the engine's clock, from the end of the last send.
+        let ended = done
+            .iter()
+            .map(|d| d.started_at + chrono::Duration::from_std(d.duration).unwrap_or_default())
+            .max();
+        let reopen_at = ended.unwrap_or_else(Utc::now)
+            + chrono::Duration::from_std(circuit.cooldown).unwrap_or(chrono::Duration::MAX);
+        bind_record(sqlx::query(RECORD), done)
+            .bind(&self.destination.name)
+            .bind(done.iter().map(|d| d.started_at).collect::<Vec<_>>())
+            .bind(done.iter().map(|d| d.job.attempts).collect::<Vec<_>>())
+            .bind(done.iter().map(|d| d.duration.as_secs_f64() * 1000.0).collect::<Vec<_>>())
+            .bind(done.iter().map(|d| d.attempt.status.map(|s| s as i16)).collect::<Vec<_>>())
+            .bind(done.iter().map(|d| d.attempt.body.as_str()).collect::<Vec<_>>())
+            .bind(last_success.is_some())
+            .bind(failures_after)
+            .bind(i32::try_from(circuit.failures).unwrap_or(i32::MAX))
+            .bind(reopen_at)
+            .bind(done.iter().any(|d| d.attempt.gone()))
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+
+    fn span(&self, job: &Claimed) -> tracing::Span {
+        tracing::info_span!(
+            "forward",
+            job_id = job.id,
+            destination = %self.destination.name,
+            provider = %job.provider,
+            event_id = %job.event_id,
+            attempt = job.attempts,
+        )
+    }
+
+    fn report(&self, done: &Done<Claimed, Attempt>) {
+        if let Some(metrics) = &self.metrics {
+            metrics.attempted(done.attempt.kind(), done.duration);
+        }
+        let status = done.attempt.status;
+        let error = done.attempt.error.as_deref().unwrap_or_default();
+        match done.outcome {
+            Outcome::Sent => tracing::info!(?status, "event forwarded"),
+            Outcome::Retry(retry_at) => {
+                tracing::warn!(?status, error, %retry_at, "forward failed, will retry")
+            }
+            Outcome::Dead => {
+                tracing::error!(?status, error, "forward failed and no attempt is left: the job is dead")
+            }
+        }
+        if done.attempt.gone() {
+            tracing::error!(
+                "the destination answered 410 Gone: it is disabled and its jobs wait; \
+                 `webhook-inbox destinations resume` sends them again"
+            );
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! `/admin/destinations` and `/admin/jobs`: the CLI's `destinations` and
+//! `jobs` commands over HTTP.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::http::AppState;
+use crate::http::error::ApiError;
+use crate::operations::Since;
+use crate::operations::destinations::{self, DestinationView, TestResult};
+use crate::operations::filter::parsed;
+use crate::operations::jobs::{self, Job, JobDetail, JobFilter};
+use crate::operations::page::Cursor;
+
+/// Jobs per page unless `limit` says otherwise.
+const PAGE: u32 = 50;
+/// Most jobs per page.
+const MAX_PAGE: u32 = 500;
+/// Most dead jobs one bulk replay takes; call again for more.
+const MAX_REPLAY: u32 = 1000;
+
+/// `GET /admin/destinations`: every destination with its state and backlog.
+pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let views: Vec<DestinationView> = destinations::list(&state.pool, &state.forwarding.declaration).await?;
+    Ok(Json(json!({ "destinations": views })))
+}
+
+/// `POST /admin/destinations/{name}/pause`.
+pub async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    destinations::pause(&state.pool, &state.forwarding.declaration, &name).await?;
+    Ok(Json(json!({ "destination": name, "paused": true })))
+}
+
+/// `POST /admin/destinations/{name}/resume`.
+pub async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    destinations::resume(&state.pool, &state.forwarding.declaration, &name).await?;
+    state.forwarding.wake(&name);
+    Ok(Json(json!({ "destination": name, "paused": false })))
+}
+
+/// `POST /admin/destinations/{name}/test`: a signed test event, sent now;
+/// 200 with the answer whatever it was.
+pub async fn test(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<TestResult>, ApiError> {
+    let destination =
+        state.forwarding.declaration.get(&name).ok_or_else(|| ApiError::DestinationNotFound(name.clone()))?;
+    Ok(Json(destinations::send_test(&state.forwarding.client, destination).await))
+}
+
+/// Pagination of `GET /admin/jobs`.
+#[derive(Deserialize)]
+pub struct Page {
+    #[serde(default, deserialize_with = "parsed")]
+    limit: Option<u32>,
+    #[serde(default, deserialize_with = "parsed")]
+    cursor: Option<Cursor>,
+}
+
+/// `GET /admin/jobs?destination=&status=&event_id=&since=&until=&limit=&cursor=`: newest first.
+pub async fn list_jobs(
+    State(state): State<AppState>,
+    filter: Result<Query<JobFilter>, QueryRejection>,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(filter) = filter.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Query(page) = page.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let limit = page.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
+    let mut rows: Vec<Job> =
+        jobs::list(&state.pool, &filter, limit + 1, page.cursor.map(Cursor::before)).await?;
+    // One row more than the page tells whether there is a next page.
+    let next_cursor = (rows.len() > limit as usize).then(|| {
+        rows.truncate(limit as usize);
+        rows.last().map(|last| Cursor::after(last.id))
+    });
+    Ok(Json(json!({ "jobs": rows, "next_cursor": next_cursor.flatten() })))
+}
+
+/// `GET /admin/jobs/{id}`: the job and every attempt.
+pub async fn show_job(
+    State(state): State<AppState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> Result<Json<JobDetail>, ApiError> {
+    let id = job_id(id)?;
+    Ok(Json(jobs::show(&state.pool, id).await?.ok_or(ApiError::JobNotFound(id))?))
+}
+
+/// `POST /admin/jobs/{id}/replay`: sent again, same `webhook-id`; 409 if pending.
+pub async fn replay_job(
+    State(state): State<AppState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> Result<Json<Job>, ApiError> {
+    let job = jobs::replay(&state.pool, job_id(id)?).await?;
+    state.forwarding.wake(&job.destination);
+    Ok(Json(job))
+}
+
+/// Body of `POST /admin/jobs/replay`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkReplay {
+    destination: String,
+    #[serde(default, deserialize_with = "parsed")]
+    since: Option<Since>,
+    #[serde(default, deserialize_with = "parsed")]
+    until: Option<Since>,
+    limit: Option<u32>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /admin/jobs/replay`: the dead jobs of a destination created in
+/// `[since, until)`, oldest first, up to `limit`; listed only with `dry_run`.
+pub async fn replay_dead(
+    State(state): State<AppState>,
+    body: Result<Json<BulkReplay>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(bulk) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let limit = bulk.limit.unwrap_or(MAX_REPLAY).clamp(1, MAX_REPLAY);
+    let jobs = jobs::replay_dead(&state.pool, &bulk.destination, bulk.since, bulk.until, limit, bulk.dry_run)
+        .await?;
+    if !bulk.dry_run && !jobs.is_empty() {
+        state.forwarding.wake(&bulk.destination);
+    }
+    Ok(Json(json!({ "dry_run": bulk.dry_run, "jobs": jobs })))
+}
+
+fn job_id(id: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
+    id.map(|Path(id)| id).map_err(|_| ApiError::BadRequest("the job id must be an integer".into()))
+}

@@ -1,0 +1,116 @@
+//! Per-destination metrics: attempts by outcome and their latency, counted
+//! as they happen; the backlog, dead jobs and each destination's state,
+//! read from the database at scrape time (with the other database gauges).
+
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics_exporter_prometheus::PrometheusRecorder;
+use sqlx::PgPool;
+
+pub(super) const ATTEMPTS: &str = "webhook_destination_attempts_total";
+pub(super) const ATTEMPT_DURATION: &str = "webhook_destination_attempt_duration_seconds";
+pub(super) const JOBS: &str = "webhook_destination_jobs";
+pub(super) const OLDEST_PENDING: &str = "webhook_destination_oldest_pending_age_seconds";
+pub(super) const STATE: &str = "webhook_destination_state";
+
+/// Every `outcome` label value of an attempt (`sender::Attempt::kind`).
+pub const ATTEMPT_OUTCOMES: [&str; 5] = ["sent", "http_error", "gone", "timeout", "network"];
+
+/// Every `state` label value of [`STATE`]: the gauge of the destination's
+/// current state is 1, the others 0.
+const STATES: [&str; 5] = ["running", "paused", "disabled", "circuit_open", "circuit_half_open"];
+
+const METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// One destination's handles.
+pub struct DestinationMetrics {
+    pub(super) name: String,
+    attempts: Vec<Counter>,
+    duration: Histogram,
+    pending: Gauge,
+    dead: Gauge,
+    oldest_pending: Gauge,
+    states: Vec<Gauge>,
+}
+
+impl DestinationMetrics {
+    pub(super) fn register(recorder: &PrometheusRecorder, name: &str) -> Self {
+        let key = |metric: &'static str, extra: Option<(&'static str, &'static str)>| {
+            let mut labels = vec![Label::new("destination", name.to_string())];
+            labels.extend(extra.map(|(k, v)| Label::from_static_parts(k, v)));
+            Key::from_parts(metric, labels)
+        };
+        let gauge = |metric, extra| recorder.register_gauge(&key(metric, extra), &METADATA);
+        DestinationMetrics {
+            name: name.to_string(),
+            attempts: ATTEMPT_OUTCOMES
+                .iter()
+                .map(|o| recorder.register_counter(&key(ATTEMPTS, Some(("outcome", o))), &METADATA))
+                .collect(),
+            duration: recorder.register_histogram(&key(ATTEMPT_DURATION, None), &METADATA),
+            pending: gauge(JOBS, Some(("status", "pending"))),
+            dead: gauge(JOBS, Some(("status", "dead"))),
+            oldest_pending: gauge(OLDEST_PENDING, None),
+            states: STATES.iter().map(|s| gauge(STATE, Some(("state", s)))).collect(),
+        }
+    }
+
+    /// Counts an attempt whose outcome is `kind` (one of
+    /// [`ATTEMPT_OUTCOMES`]), which took `elapsed`.
+    pub fn attempted(&self, kind: &str, elapsed: Duration) {
+        let index = ATTEMPT_OUTCOMES.iter().position(|o| *o == kind).unwrap_or(ATTEMPT_OUTCOMES.len() - 1);
+        self.attempts[index].increment(1);
+        self.duration.record(elapsed.as_secs_f64());
+    }
+
+    fn set(&self, row: &Row) {
+        self.pending.set(row.pending as f64);
+        self.dead.set(row.dead as f64);
+        self.oldest_pending.set(row.oldest_pending);
+        for (gauge, state) in self.states.iter().zip(STATES) {
+            gauge.set(if state == row.state { 1.0 } else { 0.0 });
+        }
+    }
+}
+
+/// One destination as the query reads it.
+#[derive(sqlx::FromRow)]
+pub(super) struct Row {
+    name: String,
+    pending: i64,
+    dead: i64,
+    /// Seconds since the oldest pending job was created (0: none).
+    oldest_pending: f64,
+    /// One of [`STATES`].
+    state: String,
+}
+
+/// Every destination's backlog and state, in one query over the partial
+/// indexes of pending and dead jobs.
+pub(super) async fn query(pool: &PgPool) -> sqlx::Result<Vec<Row>> {
+    sqlx::query_as(
+        "SELECT d.name,
+                (SELECT count(*) FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'pending') AS pending,
+                (SELECT count(*) FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'dead') AS dead,
+                coalesce((SELECT extract(epoch FROM now() - min(j.created_at))::float8
+                          FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'pending'), 0)
+                    AS oldest_pending,
+                CASE WHEN d.paused_at IS NOT NULL THEN 'paused'
+                     WHEN d.disabled_at IS NOT NULL THEN 'disabled'
+                     WHEN d.circuit_open_until > now() THEN 'circuit_open'
+                     WHEN d.circuit_open_until IS NOT NULL THEN 'circuit_half_open'
+                     ELSE 'running' END AS state
+         FROM destinations d",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Sets each destination's gauges from `rows`, registering the handles of
+/// a destination seen for the first time with `register`.
+pub(super) fn set_all(rows: &[Row], handles: impl Fn(&str) -> std::sync::Arc<DestinationMetrics>) {
+    for row in rows {
+        handles(&row.name).set(row);
+    }
+}

@@ -1,0 +1,183 @@
+//! What operators do with destinations: see each one's state and backlog,
+//! pause and resume it, send it a test event. The CLI (`destinations ...`),
+//! the admin API (`/admin/destinations`) and the console read these.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::json;
+use sqlx::PgPool;
+use tracing::instrument;
+
+use crate::destinations::sender::{self, Attempt, Outgoing};
+use crate::destinations::{Declaration, Destination, Ordering, state};
+
+/// One destination: its declaration (when this process has it) and its
+/// runtime state.
+#[derive(Debug, Clone, Serialize)]
+pub struct DestinationView {
+    /// The name.
+    pub name: String,
+    /// Whether the configuration this process read declares it; a name
+    /// with jobs but no declaration sends nothing.
+    pub declared: bool,
+    /// Where it sends (without any userinfo the URL may carry).
+    pub url: Option<String>,
+    /// Which events it wants.
+    pub events: Vec<String>,
+    /// `none` or `entity`.
+    pub ordering: Option<Ordering>,
+    /// `running`, `paused`, `disabled` (it answered 410), `circuit_open`,
+    /// `circuit_half_open`.
+    pub state: String,
+    /// Since when it is paused.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Since when it is disabled by a 410.
+    pub disabled_at: Option<DateTime<Utc>>,
+    /// Failed attempts in a row.
+    pub consecutive_failures: i32,
+    /// Until when the circuit is open (in the past: half open).
+    pub circuit_open_until: Option<DateTime<Utc>>,
+    /// Jobs waiting to be sent or retried.
+    pub pending: i64,
+    /// Age in seconds of the oldest pending job (0: none).
+    pub oldest_pending_secs: f64,
+    /// Jobs given up.
+    pub dead: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    name: String,
+    state: String,
+    paused_at: Option<DateTime<Utc>>,
+    disabled_at: Option<DateTime<Utc>>,
+    consecutive_failures: i32,
+    circuit_open_until: Option<DateTime<Utc>>,
+    pending: i64,
+    oldest_pending_secs: f64,
+    dead: i64,
+}
+
+/// Every destination that is declared or has state, declared ones first in
+/// their declared order.
+#[instrument(skip_all)]
+pub async fn list(pool: &PgPool, declaration: &Declaration) -> sqlx::Result<Vec<DestinationView>> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT d.name,
+                CASE WHEN d.paused_at IS NOT NULL THEN 'paused'
+                     WHEN d.disabled_at IS NOT NULL THEN 'disabled'
+                     WHEN d.circuit_open_until > now() THEN 'circuit_open'
+                     WHEN d.circuit_open_until IS NOT NULL THEN 'circuit_half_open'
+                     ELSE 'running' END AS state,
+                d.paused_at, d.disabled_at, d.consecutive_failures, d.circuit_open_until,
+                (SELECT count(*) FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'pending') AS pending,
+                coalesce((SELECT extract(epoch FROM now() - min(j.created_at))::float8
+                          FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'pending'), 0)
+                    AS oldest_pending_secs,
+                (SELECT count(*) FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'dead') AS dead
+         FROM destinations d ORDER BY d.name",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut views: Vec<DestinationView> = declaration
+        .iter()
+        .map(|destination| {
+            let row = rows.iter().find(|row| row.name == destination.name);
+            view(destination.name.clone(), Some(destination), row)
+        })
+        .collect();
+    for row in rows.iter().filter(|row| declaration.get(&row.name).is_none()) {
+        views.push(view(row.name.clone(), None, Some(row)));
+    }
+    Ok(views)
+}
+
+fn view(name: String, declared: Option<&Destination>, row: Option<&Row>) -> DestinationView {
+    DestinationView {
+        name,
+        declared: declared.is_some(),
+        url: declared.map(|d| display_url(&d.url)),
+        events: declared.map(|d| d.events.iter().map(ToString::to_string).collect()).unwrap_or_default(),
+        ordering: declared.map(|d| d.ordering),
+        // Declared but never started by `serve`: it runs from its first start.
+        state: row.map_or("running".into(), |row| row.state.clone()),
+        paused_at: row.and_then(|row| row.paused_at),
+        disabled_at: row.and_then(|row| row.disabled_at),
+        consecutive_failures: row.map_or(0, |row| row.consecutive_failures),
+        circuit_open_until: row.and_then(|row| row.circuit_open_until),
+        pending: row.map_or(0, |row| row.pending),
+        oldest_pending_secs: row.map_or(0.0, |row| row.oldest_pending_secs),
+        dead: row.map_or(0, |row| row.dead),
+    }
+}
+
+/// The URL without its userinfo, which may be a credential.
+fn display_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
+}
+
+/// Why a destination operation did nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum DestinationError {
+    /// No destination has this name (declared or with state).
+    #[error("destination {0:?} not found")]
+    NotFound(String),
+    /// The database.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Pauses `name` (see `state::pause`).
+pub async fn pause(pool: &PgPool, declaration: &Declaration, name: &str) -> Result<(), DestinationError> {
+    state::declare(pool, declaration).await?;
+    state::pause(pool, name).await?.then_some(()).ok_or_else(|| DestinationError::NotFound(name.into()))
+}
+
+/// Resumes `name` (see `state::resume`).
+pub async fn resume(pool: &PgPool, declaration: &Declaration, name: &str) -> Result<(), DestinationError> {
+    state::declare(pool, declaration).await?;
+    state::resume(pool, name).await?.then_some(()).ok_or_else(|| DestinationError::NotFound(name.into()))
+}
+
+/// What a test event's attempt answered.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestResult {
+    /// The test event's id.
+    pub event_id: String,
+    /// The status of the answer, if any.
+    pub status: Option<u16>,
+    /// Why it failed; `None` for a 2xx.
+    pub error: Option<String>,
+    /// The first KiB of the answer's body.
+    pub body: String,
+    /// How long it took, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// Sends `destination` a test event now, signed and shaped like a forwarded
+/// one (provider `webhook-inbox`, type `webhook-inbox.test`), outside the
+/// queue: whether paused or not, nothing is recorded, and the answer comes
+/// back here.
+pub async fn send_test(client: &reqwest::Client, destination: &Destination) -> TestResult {
+    let now = Utc::now();
+    let event_id = format!("test_{}", uuid::Uuid::now_v7().simple());
+    let body = json!({
+        "type": "webhook-inbox.test",
+        "timestamp": now.to_rfc3339(),
+        "data": { "destination": destination.name, "event_id": event_id },
+    });
+    let event = Outgoing {
+        provider: "webhook-inbox",
+        event_type: "webhook-inbox.test",
+        event_id: &event_id,
+        occurred_at: Some(now),
+        body: body.to_string().into(),
+        attempt: 1,
+    };
+    let started = std::time::Instant::now();
+    let Attempt { status, error, body, .. } = sender::send(client, destination, &event, now).await;
+    TestResult { event_id, status, error, body, duration_ms: started.elapsed().as_secs_f64() * 1000.0 }
+}

@@ -1,0 +1,212 @@
+//! What governs when forwards go out: the end of the retry schedule (dead),
+//! replays, pause and resume, the circuit breaker and the rate limit.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use webhook_inbox::destinations::state;
+use webhook_inbox::operations::jobs::{self, ReplayError};
+use webhook_inbox::queue::Round;
+
+use crate::support::TestApp;
+use crate::support::forwarding::*;
+use crate::support::receiver::{Answer, Receiver};
+
+#[tokio::test]
+async fn past_the_schedule_a_job_is_dead_and_a_replay_sends_it_once_more_with_the_same_webhook_id() {
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(SECRET).await;
+    let declaration = declaration(&receiver.url(), "retry_schedule = [\"1m\", \"1m\"]");
+    declare_state(app.pool(), &declaration).await;
+    enqueue_event(app.pool(), &declaration, "evt_1", &body("evt_1", "sub_A", 1)).await;
+    let queue = queue(&declaration, "app");
+    receiver.answer_otherwise(Answer::Status(500));
+    let now = Utc::now();
+    let at = |secs| now + chrono::Duration::seconds(secs);
+
+    assert_eq!(round(app.pool(), &queue, at(0)).await.retrying, 1);
+    assert_eq!(round(app.pool(), &queue, at(73)).await.retrying, 1);
+    assert_eq!(round(app.pool(), &queue, at(146)).await.dead, 1, "three attempts: the first and two retries");
+    assert_eq!(round(app.pool(), &queue, at(86_400)).await, Round::default(), "dead is never tried again");
+    assert_eq!(jobs(app.pool()).await, [("dead".to_string(), 3)]);
+
+    receiver.answer_otherwise(Answer::Status(204));
+    let id: i64 = sqlx::query_scalar("SELECT id FROM destination_jobs").fetch_one(app.pool()).await.unwrap();
+    jobs::replay(app.pool(), id).await.unwrap();
+    assert!(
+        matches!(jobs::replay(app.pool(), id).await, Err(ReplayError::Pending(_))),
+        "a pending job is not replayed"
+    );
+    // A replayed job is due at once (on the database's clock, a moment ago).
+    assert_eq!(round(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 1);
+    jobs::replay(app.pool(), id).await.unwrap();
+    assert_eq!(round(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 1);
+
+    let arrivals = receiver.arrivals();
+    assert_eq!(arrivals.len(), 5, "three failures, then once per replay");
+    assert!(arrivals.iter().all(|a| a.header("webhook-id") == arrivals[0].header("webhook-id")));
+    assert_eq!(arrivals[4].header("webhook-inbox-attempt"), "5", "attempt numbers count on across replays");
+    assert_eq!(
+        app.count("SELECT count(*) FROM destination_jobs").await,
+        1,
+        "a replay never makes a second job"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM destination_attempts").await, 5, "every attempt recorded");
+}
+
+#[tokio::test]
+async fn dead_jobs_of_a_time_range_are_listed_by_a_dry_run_then_replayed() {
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(SECRET).await;
+    let declaration = declaration(&receiver.url(), "retry_schedule = []");
+    declare_state(app.pool(), &declaration).await;
+    for n in 1..=3 {
+        let id = format!("evt_{n}");
+        enqueue_event(app.pool(), &declaration, &id, &body(&id, "sub_A", n)).await;
+    }
+    receiver.answer_otherwise(Answer::Status(500));
+    let queue = queue(&declaration, "app");
+    assert_eq!(round(app.pool(), &queue, Utc::now()).await.dead, 3);
+    // The first one failed long ago, outside the range.
+    sqlx::query(
+        "UPDATE destination_jobs SET created_at = now() - interval '3 days' WHERE event_id = 'evt_1'",
+    )
+    .execute(app.pool())
+    .await
+    .unwrap();
+    let since = Some("1d".parse().unwrap());
+
+    let listed = jobs::replay_dead(app.pool(), "app", since, None, 100, true).await.unwrap();
+    assert_eq!(listed.iter().map(|j| j.event_id.as_str()).collect::<Vec<_>>(), ["evt_2", "evt_3"]);
+    assert_eq!(
+        app.count("SELECT count(*) FROM destination_jobs WHERE status = 'dead'").await,
+        3,
+        "a dry run changes nothing"
+    );
+
+    let replayed = jobs::replay_dead(app.pool(), "app", since, None, 100, false).await.unwrap();
+    assert_eq!(replayed.len(), 2);
+    receiver.answer_otherwise(Answer::Status(200));
+    assert_eq!(round(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 2);
+    assert_eq!(jobs::replay_dead(app.pool(), "app", since, None, 100, false).await.unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn a_paused_destination_keeps_its_jobs_and_drains_them_in_order_once_resumed() {
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(SECRET).await;
+    let declaration = declaration(&receiver.url(), "concurrency = 1");
+    declare_state(app.pool(), &declaration).await;
+    state::pause(app.pool(), "app").await.unwrap();
+    for n in 1..=4 {
+        let id = format!("evt_{n}");
+        enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{n}"), n)).await;
+    }
+    let queue = queue(&declaration, "app");
+    let now = Utc::now();
+
+    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::days(1)).await, Round::default());
+    assert!(receiver.arrivals().is_empty());
+
+    state::resume(app.pool(), "app").await.unwrap();
+    for _ in 0..4 {
+        assert_eq!(round(app.pool(), &queue, now).await.sent, 1);
+    }
+    let order: Vec<String> =
+        receiver.arrivals().iter().map(|a| a.header("webhook-inbox-event-id").into()).collect();
+    assert_eq!(order, ["evt_1", "evt_2", "evt_3", "evt_4"]);
+}
+
+#[tokio::test]
+async fn the_circuit_opens_after_consecutive_failures_wastes_no_attempt_while_open_and_closes_after_a_probe()
+{
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(SECRET).await;
+    let declaration = declaration(
+        &receiver.url(),
+        "concurrency = 1\nretry_schedule = [\"1s\", \"1s\", \"1s\", \"1s\", \"1s\"]\ncircuit_breaker = { failures = 3, cooldown = \"10m\" }",
+    );
+    declare_state(app.pool(), &declaration).await;
+    for n in 1..=5 {
+        let id = format!("evt_{n}");
+        enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{n}"), n)).await;
+    }
+    let queue = queue(&declaration, "app");
+    receiver.answer_otherwise(Answer::Status(503));
+    let now = Utc::now();
+    let at = |secs| now + chrono::Duration::seconds(secs);
+
+    for _ in 0..3 {
+        assert_eq!(round(app.pool(), &queue, at(0)).await.retrying, 1);
+    }
+    let state: (i32, bool) = sqlx::query_as(
+        "SELECT consecutive_failures, circuit_open_until > now() + interval '9 minutes' FROM destinations",
+    )
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(state, (3, true), "three failures in a row open it for the cool-down");
+    // Open: nothing is claimed, however due, so no attempt is spent.
+    assert_eq!(round(app.pool(), &queue, at(300)).await, Round::default());
+    assert_eq!(receiver.arrivals().len(), 3);
+
+    // Past the cool-down, one probe; it fails: open again.
+    let probe = round(app.pool(), &queue, at(601)).await;
+    assert_eq!(probe, Round { claimed: 1, retrying: 1, ..Round::default() });
+    assert_eq!(round(app.pool(), &queue, at(602)).await, Round::default());
+    // The next probe succeeds: closed, and the rest flows.
+    receiver.answer_otherwise(Answer::Status(200));
+    assert_eq!(round(app.pool(), &queue, at(1300)).await, Round { claimed: 1, sent: 1, ..Round::default() });
+    let mut sent = 1;
+    for _ in 0..4 {
+        sent += round(app.pool(), &queue, at(1300)).await.sent;
+    }
+    assert_eq!(sent, 5);
+    assert_eq!(receiver.arrivals().len(), 3 + 1 + 5, "no attempt was made while the circuit was open");
+    let closed: (i32, Option<chrono::DateTime<Utc>>) =
+        sqlx::query_as("SELECT consecutive_failures, circuit_open_until FROM destinations")
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(closed, (0, None));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_rate_limit_holds_across_two_replicas_in_every_window() {
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(SECRET).await;
+    let (rate, burst) = (20.0, 20.0);
+    let declaration = declaration(&receiver.url(), "rate_limit = 20\nconcurrency = 50");
+    for n in 0..80 {
+        let id = format!("evt_{n}");
+        enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{n}"), n)).await;
+    }
+    // Two replicas, each with its own engine and pool, one bucket.
+    let (replica, _) = app.replica().await;
+    let (first, _a) = run(app.pool(), declaration.clone()).await;
+    let (second, _b) = run(&replica.pool, declaration).await;
+    until_settled(app.pool()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    assert!(first.stop(deadline).await && second.stop(deadline).await);
+
+    // The claims' times (the attempts' attempted_at), whatever the machine's
+    // load: at most `burst + rate × t` in any window of t seconds.
+    let times: Vec<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM attempted_at)::float8 FROM destination_attempts ORDER BY attempted_at",
+    )
+    .fetch_all(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(times.len(), 80);
+    for (i, start) in times.iter().enumerate() {
+        for (j, end) in times.iter().enumerate().skip(i) {
+            let in_window = (j - i + 1) as f64;
+            assert!(
+                in_window <= burst + rate * (end - start) + 1e-6,
+                "{in_window} attempts in {} s",
+                end - start
+            );
+        }
+    }
+    assert_eq!(receiver.arrivals().len(), 80);
+}

@@ -1,0 +1,147 @@
+//! `ordering = "entity"`: the events of one entity arrive one at a time, in
+//! the order they were recorded, while other entities' events pass a
+//! blocked one; without it, nothing is held back.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use webhook_inbox::queue::Round;
+
+use crate::support::TestApp;
+use crate::support::forwarding::*;
+use crate::support::receiver::{Answer, Receiver};
+
+/// The `(entity, seq)` of each arrival, in arrival order.
+fn arrived(receiver: &Receiver) -> Vec<(String, u64)> {
+    receiver
+        .arrivals()
+        .iter()
+        .map(|a| {
+            let json = a.json();
+            (json["data"]["id"].as_str().unwrap().to_string(), json["data"]["seq"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failing_event_holds_back_only_its_own_entity() {
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(SECRET).await;
+    let declaration =
+        declaration(&receiver.url(), "ordering = \"entity\"\nretry_schedule = [\"1m\", \"1m\"]");
+    declare_state(app.pool(), &declaration).await;
+    for seq in 1..=3 {
+        for entity in ["sub_A", "sub_B"] {
+            let id = format!("evt_{entity}_{seq}");
+            enqueue_event(app.pool(), &declaration, &id, &body(&id, entity, seq)).await;
+        }
+    }
+    let queue = queue(&declaration, "app");
+    receiver.answer_next([Answer::Status(500)]);
+    let now = Utc::now();
+
+    // One event per entity at a time: A1 (fails) and B1.
+    assert_eq!(round(app.pool(), &queue, now).await, Round { claimed: 2, sent: 1, retrying: 1, dead: 0 });
+    // A1 waits for its retry, and A2, A3 behind it; B goes on.
+    assert_eq!(round(app.pool(), &queue, now).await, Round { claimed: 1, sent: 1, ..Round::default() });
+    assert_eq!(round(app.pool(), &queue, now).await, Round { claimed: 1, sent: 1, ..Round::default() });
+    assert_eq!(round(app.pool(), &queue, now).await, Round::default());
+    // A1's retry, then A2, then A3.
+    let later = now + chrono::Duration::seconds(73);
+    for _ in 0..3 {
+        assert_eq!(round(app.pool(), &queue, later).await, Round { claimed: 1, sent: 1, ..Round::default() });
+    }
+
+    let order = arrived(&receiver);
+    let entity = |name: &str| order.iter().filter(|(e, _)| e == name).map(|(_, s)| *s).collect::<Vec<_>>();
+    assert_eq!(entity("sub_A"), [1, 1, 2, 3], "A1 failed, then A1, A2, A3");
+    assert_eq!(entity("sub_B"), [1, 2, 3]);
+    let b3 = order.iter().position(|a| *a == ("sub_B".into(), 3)).unwrap();
+    let a2 = order.iter().position(|a| *a == ("sub_A".into(), 2)).unwrap();
+    assert!(b3 < a2, "B's events passed the blocked A: {order:?}");
+}
+
+#[tokio::test]
+async fn an_event_is_held_while_another_of_its_entity_is_in_flight_even_a_later_one() {
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(SECRET).await;
+    let declaration = declaration(&receiver.url(), "ordering = \"entity\"");
+    declare_state(app.pool(), &declaration).await;
+    for seq in 1..=2 {
+        let id = format!("evt_{seq}");
+        enqueue_event(app.pool(), &declaration, &id, &body(&id, "sub_A", seq)).await;
+    }
+    // The second event was claimed by another replica before the first
+    // one's transaction committed (ids are taken at insert, commits may
+    // come in any order): it is in flight.
+    sqlx::query(
+        "UPDATE destination_jobs SET locked_until = now() + interval '1 minute', claim_token = gen_random_uuid(),
+                                     attempts = 1
+         WHERE event_id = 'evt_2'",
+    )
+    .execute(app.pool())
+    .await
+    .unwrap();
+    let queue = queue(&declaration, "app");
+
+    assert_eq!(
+        round(app.pool(), &queue, Utc::now()).await,
+        Round::default(),
+        "never two of one entity at once"
+    );
+    // Once that attempt is over (sent), the first one goes.
+    sqlx::query("UPDATE destination_jobs SET status = 'sent', locked_until = NULL WHERE event_id = 'evt_2'")
+        .execute(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(round(app.pool(), &queue, Utc::now()).await.sent, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_deliver_each_entity_in_order_and_never_two_of_one_entity_at_once() {
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(SECRET).await;
+    // Each request takes a while, so that overlaps would be seen.
+    receiver.hold_each(Duration::from_millis(20));
+    let declaration = declaration(
+        &receiver.url(),
+        "ordering = \"entity\"\nconcurrency = 20\nretry_schedule = [\"10ms\", \"10ms\", \"10ms\"]",
+    );
+    // Some first attempts fail, so retries interleave with the rest.
+    receiver.answer_next([
+        Answer::Status(500),
+        Answer::Status(200),
+        Answer::Status(503),
+        Answer::Status(500),
+    ]);
+    let (entities, per_entity) = (8, 6);
+    for seq in 1..=per_entity {
+        for entity in 0..entities {
+            let id = format!("evt_{entity}_{seq}");
+            enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{entity}"), seq)).await;
+        }
+    }
+    let (replica, _) = app.replica().await;
+    let (first, _a) = run(app.pool(), declaration.clone()).await;
+    let (second, _b) = run(&replica.pool, declaration).await;
+    let settled = until_settled(app.pool()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    assert!(first.stop(deadline).await && second.stop(deadline).await);
+
+    assert!(settled.iter().all(|(status, _)| status == "sent"), "{settled:?}");
+    assert_eq!(receiver.most_at_once_per_entity(), 1, "two events of one entity were handled at once");
+    // Accepted arrivals (2xx) per entity, in order, each once.
+    let mut accepted: HashMap<String, Vec<u64>> = HashMap::new();
+    for arrival in receiver.arrivals().iter().filter(|a| a.answered == 200) {
+        let json = arrival.json();
+        accepted
+            .entry(json["data"]["id"].as_str().unwrap().into())
+            .or_default()
+            .push(json["data"]["seq"].as_u64().unwrap());
+    }
+    assert_eq!(accepted.len(), entities);
+    for (entity, seqs) in accepted {
+        assert_eq!(seqs, (1..=per_entity as u64).collect::<Vec<_>>(), "{entity}");
+    }
+}
