@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::DEFAULT_FAILED_RETENTION_DAYS;
-use crate::operations::purge::{count_purgeable, purge};
+use crate::operations::purge::{count_purgeable, count_purgeable_forwarding, purge, purge_forwarding};
 use crate::operations::{Age, RetentionPolicy};
 
 /// How old a row must be to go.
@@ -29,10 +29,15 @@ pub struct PurgeArgs {
 /// Purges (or counts) and prints the counts.
 pub async fn run(pool: &PgPool, args: PurgeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let policy = RetentionPolicy::new(args.older_than, Some(args.failed_older_than))?;
-    let (verb, purged) = if args.dry_run {
-        ("would delete", count_purgeable(pool, &policy).await?)
+    let (verb, purged, forwarding) = if args.dry_run {
+        (
+            "would delete",
+            count_purgeable(pool, &policy).await?,
+            count_purgeable_forwarding(pool, &policy).await?,
+        )
     } else {
-        ("deleted", purge(pool, &policy, &CancellationToken::new()).await?)
+        let stop = CancellationToken::new();
+        ("deleted", purge(pool, &policy, &stop).await?, purge_forwarding(pool, &policy, &stop).await?)
     };
     writeln!(
         out,
@@ -40,6 +45,11 @@ pub async fn run(pool: &PgPool, args: PurgeArgs, out: &mut dyn Write) -> anyhow:
         purged.total(),
         purged.processed_or_skipped,
         purged.failed
+    )?;
+    writeln!(
+        out,
+        "{verb} {} forwarding attempt(s), {} sent job(s), {} dead job(s); pending jobs are untouched",
+        forwarding.attempts, forwarding.sent_jobs, forwarding.dead_jobs
     )?;
     Ok(())
 }

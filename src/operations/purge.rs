@@ -1,6 +1,8 @@
 //! Purging the archive: rows past their retention age deleted in small
 //! batches. The dedup table is never touched, so an event purged from the
 //! archive is still answered as a duplicate when a provider replays it.
+//! Forwarding is purged on the same ages: attempts and sent jobs like
+//! archive rows, dead jobs like FAILED ones; pending jobs never.
 
 use serde::Serialize;
 use sqlx::PgPool;
@@ -14,27 +16,44 @@ use super::age::Age;
 pub const BATCH_SIZE: i64 = 1000;
 
 /// One purge batch: the oldest rows of one kind (`$kind`, the condition of
-/// its partial index on `created_at`) older than `$1` seconds, at most `$2`
-/// of them. The clock is the database's, the same for every replica.
+/// its partial index on `$time`) of `$table` older than `$1` seconds, at
+/// most `$2` of them, found again by `$key`. The clock is the database's,
+/// the same for every replica.
 ///
-/// Why by kind and in `created_at` order: each kind has its own partial
-/// index on `created_at` (`ix_webhook_events_created_at` for all but FAILED
-/// rows, `ix_webhook_events_failed_created_at` for those), so a batch is a
-/// range scan that reads the rows it deletes and stops; a condition mixing
-/// both ages matched neither index, and the last batch of every purge read
-/// the whole archive.
+/// Why by kind and in time order: each kind has its own partial index on
+/// its time (`ix_webhook_events_created_at` for all but FAILED archive rows,
+/// `ix_webhook_events_failed_created_at` for those), so a batch is a range
+/// scan that reads the rows it deletes and stops; a condition mixing both
+/// ages matched neither index, and the last batch of every purge read the
+/// whole archive.
 macro_rules! delete_oldest {
     ($kind:literal) => {
+        delete_oldest!("webhook_events", "id", $kind, "created_at")
+    };
+    ($table:literal, $key:literal, $kind:literal, $time:literal) => {
         concat!(
             "WITH doomed AS MATERIALIZED (
-                 SELECT id FROM webhook_events
+                 SELECT ",
+            $key,
+            " FROM ",
+            $table,
+            "
                  WHERE ",
             $kind,
-            " AND created_at < now() - make_interval(secs => $1::float8)
-                 ORDER BY created_at LIMIT $2
+            " AND ",
+            $time,
+            " < now() - make_interval(secs => $1::float8)
+                 ORDER BY ",
+            $time,
+            " LIMIT $2
                  FOR UPDATE SKIP LOCKED
              )
-             DELETE FROM webhook_events w USING doomed WHERE w.id = doomed.id"
+             DELETE FROM ",
+            $table,
+            " t USING doomed WHERE t.",
+            $key,
+            " = doomed.",
+            $key
         )
     };
 }
@@ -134,6 +153,75 @@ pub async fn purge(
         _ => 0,
     };
     Ok(Purged { processed_or_skipped, failed })
+}
+
+/// Forwarding's rows purged (or, in a dry run, purgeable).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PurgedForwarding {
+    /// Attempts, by their age.
+    pub attempts: u64,
+    /// Sent jobs, by when they were sent.
+    pub sent_jobs: u64,
+    /// Dead jobs, by when they were created, kept as long as FAILED rows.
+    pub dead_jobs: u64,
+}
+
+/// Forwarding's kinds of rows: (batch, count of the purgeable), whose age
+/// is the archive's (`$1` in the counts) or FAILED rows' (`$2`).
+const FORWARDING: [(&str, &str); 3] = [
+    (
+        delete_oldest!("destination_attempts", "ctid", "true", "attempted_at"),
+        "SELECT count(*) FROM destination_attempts WHERE attempted_at < now() - make_interval(secs => $1::float8)",
+    ),
+    (
+        delete_oldest!("destination_jobs", "id", "status = 'sent'", "sent_at"),
+        "SELECT count(*) FROM destination_jobs
+         WHERE status = 'sent' AND sent_at < now() - make_interval(secs => $1::float8)",
+    ),
+    (
+        delete_oldest!("destination_jobs", "id", "status = 'dead'", "created_at"),
+        "SELECT count(*) FROM destination_jobs
+         WHERE status = 'dead' AND created_at < now() - make_interval(secs => $2::float8)",
+    ),
+];
+
+/// Deletes forwarding's rows the policy says are old enough, as [`purge`]
+/// does the archive's.
+#[instrument(skip_all)]
+pub async fn purge_forwarding(
+    pool: &PgPool,
+    policy: &RetentionPolicy,
+    stop: &CancellationToken,
+) -> sqlx::Result<PurgedForwarding> {
+    let (older_than, failed_older_than) = policy.bind_ages();
+    let [(attempts, _), (sent, _), (dead, _)] = FORWARDING;
+    let mut purged = PurgedForwarding {
+        attempts: purge_kind(pool, attempts, older_than, stop).await?,
+        ..PurgedForwarding::default()
+    };
+    if !stop.is_cancelled() {
+        purged.sent_jobs = purge_kind(pool, sent, older_than, stop).await?;
+    }
+    if let Some(age) = failed_older_than.filter(|_| !stop.is_cancelled()) {
+        purged.dead_jobs = purge_kind(pool, dead, age, stop).await?;
+    }
+    Ok(purged)
+}
+
+/// Counts the forwarding rows [`purge_forwarding`] would delete now.
+#[instrument(skip_all)]
+pub async fn count_purgeable_forwarding(
+    pool: &PgPool,
+    policy: &RetentionPolicy,
+) -> sqlx::Result<PurgedForwarding> {
+    let (older_than, failed_older_than) = policy.bind_ages();
+    let mut counts = [0u64; 3];
+    for (count, (_, sql)) in counts.iter_mut().zip(FORWARDING) {
+        let n: i64 = sqlx::query_scalar(sql).bind(older_than).bind(failed_older_than).fetch_one(pool).await?;
+        *count = n as u64;
+    }
+    let [attempts, sent_jobs, dead_jobs] = counts;
+    Ok(PurgedForwarding { attempts, sent_jobs, dead_jobs })
 }
 
 /// Runs `batch` (a [`delete_oldest`]) until it deletes less than a batch or

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::purge::{RetentionPolicy, purge};
+use super::purge::{RetentionPolicy, purge, purge_forwarding};
 
 /// Purges by `policy` now and then every `every`, until `stop` is
 /// cancelled; a batch in progress finishes first.
@@ -31,6 +31,21 @@ pub async fn run(pool: PgPool, policy: RetentionPolicy, every: Duration, stop: C
             ),
             Ok(_) => tracing::debug!("retention: nothing to purge"),
             Err(error) => tracing::warn!(%error, "retention purge failed; retrying at the next run"),
+        }
+        if stop.is_cancelled() {
+            return;
+        }
+        match purge_forwarding(&pool, &policy, &stop).await {
+            Ok(purged) if purged.attempts + purged.sent_jobs + purged.dead_jobs > 0 => tracing::info!(
+                attempts = purged.attempts,
+                sent_jobs = purged.sent_jobs,
+                dead_jobs = purged.dead_jobs,
+                "retention purged forwarding rows"
+            ),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "retention purge of forwarding failed; retrying at the next run")
+            }
         }
     }
 }

@@ -37,14 +37,16 @@ async fn purge_deletes_old_rows_keeps_young_failed_ones_and_never_touches_the_de
     let dry = cli(&app.db, &[&args[..], &["--dry-run"]].concat()).await.ok();
     assert_eq!(
         dry,
-        "would delete 2 archive row(s): 1 processed or skipped, 1 failed; the dedup table is untouched\n"
+        "would delete 2 archive row(s): 1 processed or skipped, 1 failed; the dedup table is untouched\n\
+         would delete 0 forwarding attempt(s), 0 sent job(s), 0 dead job(s); pending jobs are untouched\n"
     );
     assert_eq!(app.archive_ids().await, id, "a dry run deletes nothing");
 
     let out = cli(&app.db, &args).await.ok();
     assert_eq!(
         out,
-        "deleted 2 archive row(s): 1 processed or skipped, 1 failed; the dedup table is untouched\n"
+        "deleted 2 archive row(s): 1 processed or skipped, 1 failed; the dedup table is untouched\n\
+         deleted 0 forwarding attempt(s), 0 sent job(s), 0 dead job(s); pending jobs are untouched\n"
     );
     assert_eq!(app.archive_ids().await, [id[1], id[3]], "the young FAILED row and the new row stay");
     assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 1);

@@ -11,8 +11,11 @@ use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
+use webhook_inbox::client;
+use webhook_inbox::destinations::{Declaration, Forwarding};
 use webhook_inbox::http::{AppState, BearerToken, Limits, app, serve};
 use webhook_inbox::providers::{ProviderConfig, Registry};
+use webhook_inbox::queue::Engine;
 
 use super::database::TestDatabase;
 use super::signing::{
@@ -41,6 +44,9 @@ pub struct TestConfig {
     pub pool_size: u32,
     /// `DB_ACQUIRE_TIMEOUT_MS`: also how long a delivery waits for a worker.
     pub acquire_timeout: Duration,
+    /// The configuration file's destinations (TOML); their queues run in
+    /// the background, as in `serve`.
+    pub destinations: Option<String>,
 }
 
 impl Default for TestConfig {
@@ -60,6 +66,7 @@ impl Default for TestConfig {
             metrics_token: None,
             pool_size: 8,
             acquire_timeout: Duration::from_secs(10),
+            destinations: None,
         }
     }
 }
@@ -77,6 +84,9 @@ pub struct TestApp {
     pub db: TestDatabase,
     pub state: AppState,
     pub router: Router,
+    /// The engine sending to the configured destinations, if any, kept
+    /// running as long as the app.
+    _forwarding: Option<Engine>,
 }
 
 /// The app on a real socket.
@@ -112,8 +122,19 @@ impl TestApp {
     pub async fn spawn_with(config: TestConfig) -> TestApp {
         init_logs();
         let db = TestDatabase::create().await;
-        let state = state_for(&db, &config).await;
-        TestApp { router: app(state.clone()), state, db }
+        let mut state = state_for(&db, &config).await;
+        let engine = match &config.destinations {
+            Some(toml) => {
+                let declaration = Declaration::parse(toml, "test.toml", |_| None).unwrap();
+                webhook_inbox::destinations::state::declare(&state.pool, &declaration).await.unwrap();
+                let mut engine = Engine::new(state.pool.clone(), Duration::from_millis(20));
+                let forwarding = Forwarding::start(declaration, client::build(), &mut engine, &state.metrics);
+                state = state.with_forwarding(forwarding);
+                Some(engine)
+            }
+            None => None,
+        };
+        TestApp { router: app(state.clone()), state, db, _forwarding: engine }
     }
 
     /// A second instance (own pool, own state) on the same database: a replica.

@@ -1,0 +1,231 @@
+//! Operating forwarding: the CLI's `destinations` and `jobs` commands, the
+//! admin API's routes, the metrics, retention, and a declaration that
+//! refuses to start.
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use crate::support::forwarding::*;
+use crate::support::receiver::{Answer, Receiver};
+use crate::support::*;
+
+const TOKEN: &str = "admin-token-0123456789";
+
+/// An app with the admin API, whose destination `app` sends to `receiver`
+/// and gives a job up after one failed attempt.
+async fn app_forwarding_to(receiver: &Receiver) -> (TestApp, String) {
+    let toml = format!(
+        "[[destinations]]\nname = \"app\"\nurl = \"{}\"\nsecret = \"{SECRET}\"\nevents = [\"paddle:*\"]\nretry_schedule = []\n",
+        receiver.url()
+    );
+    let config =
+        TestConfig { admin_token: Some(TOKEN), destinations: Some(toml.clone()), ..TestConfig::default() };
+    (TestApp::spawn_with(config).await, toml)
+}
+
+/// Enqueues `count` events for `app` and waits until each is sent or dead.
+async fn forward(app: &TestApp, count: usize) {
+    let declaration = app.state.forwarding.declaration.clone();
+    for n in 1..=count {
+        let id = format!("evt_{n}");
+        enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{n}"), n)).await;
+    }
+    until_settled(app.pool()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_lists_pauses_resumes_tests_and_replays() {
+    let receiver = Receiver::start(SECRET).await;
+    let (app, toml) = app_forwarding_to(&receiver).await;
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), toml).unwrap();
+    let path = config.path().to_str().unwrap();
+    receiver.answer_next([Answer::Status(500)]);
+    forward(&app, 2).await;
+
+    let listed = cli(&app.db, &["--config", path, "destinations", "list", "--json"]).await.json_lines();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (&listed[0]["name"], &listed[0]["state"], &listed[0]["dead"], &listed[0]["pending"]),
+        (&json!("app"), &json!("running"), &json!(1), &json!(0))
+    );
+    let table = cli(&app.db, &["--config", path, "destinations", "list"]).await.ok();
+    assert!(table.starts_with("NAME") && table.contains("app") && table.contains(&receiver.url()), "{table}");
+
+    cli(&app.db, &["--config", path, "destinations", "pause", "app"]).await.ok();
+    let paused = cli(&app.db, &["--config", path, "destinations", "list", "--json"]).await.json_lines();
+    assert_eq!(paused[0]["state"], "paused");
+    cli(&app.db, &["--config", path, "destinations", "resume", "app"]).await.ok();
+    let unknown = cli(&app.db, &["--config", path, "destinations", "pause", "nope"]).await;
+    assert_eq!(unknown.error.as_deref(), Some("destination \"nope\" not found"));
+
+    let dead = cli(&app.db, &["jobs", "list", "--destination", "app", "--status", "dead", "--json"])
+        .await
+        .json_lines();
+    assert_eq!(dead.len(), 1);
+    let id = dead[0]["id"].as_i64().unwrap();
+    let shown = cli(&app.db, &["jobs", "show", &id.to_string()]).await.ok();
+    assert!(shown.contains("webhook-id") && shown.contains("HTTP 500 Internal Server Error"), "{shown}");
+    let dry =
+        cli(&app.db, &["jobs", "replay", "--destination", "app", "--since", "1h", "--dry-run"]).await.ok();
+    assert!(dry.ends_with("1 dead job(s) of app would be replayed (dry run)\n"), "{dry}");
+    let replayed = cli(&app.db, &["jobs", "replay", &id.to_string()]).await.ok();
+    assert_eq!(replayed, format!("job {id} replayed: pending, sent again with the same webhook-id\n"));
+    until_settled(app.pool()).await;
+    assert_eq!(receiver.arrivals().len(), 3);
+
+    let tested = cli(&app.db, &["--config", path, "destinations", "test", "app"]).await.ok();
+    assert!(tested.contains("status       200"), "{tested}");
+    let test_event = receiver.arrivals().pop().unwrap();
+    assert_eq!(
+        (test_event.verified.clone(), test_event.header("webhook-inbox-event-type")),
+        (Ok(()), "webhook-inbox.test")
+    );
+    receiver.answer_next([Answer::Status(503)]);
+    let refused = cli(&app.db, &["--config", path, "destinations", "test", "app"]).await;
+    assert_eq!(
+        refused.error.as_deref(),
+        Some("the test event was not accepted: HTTP 503 Service Unavailable")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_shows_destinations_and_jobs_and_replays() {
+    let receiver = Receiver::start(SECRET).await;
+    let (app, _) = app_forwarding_to(&receiver).await;
+    receiver.answer_next([Answer::Status(500)]);
+    forward(&app, 3).await;
+
+    let destinations = app.get("/admin/destinations", Some(TOKEN)).await;
+    assert_eq!(destinations.status, StatusCode::OK);
+    assert_eq!(destinations.body["destinations"][0]["dead"], 1);
+    assert_eq!(app.get("/admin/destinations", None).await.status, StatusCode::UNAUTHORIZED);
+
+    let page = app.get("/admin/jobs?destination=app&limit=2", Some(TOKEN)).await;
+    assert_eq!(page.body["jobs"].as_array().unwrap().len(), 2);
+    let cursor = page.body["next_cursor"].as_str().unwrap();
+    let rest = app.get(&format!("/admin/jobs?destination=app&limit=2&cursor={cursor}"), Some(TOKEN)).await;
+    assert_eq!(rest.body["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(rest.body["next_cursor"], json!(null));
+    let dead = app.get("/admin/jobs?status=dead", Some(TOKEN)).await;
+    let id = dead.body["jobs"][0]["id"].as_i64().unwrap();
+    assert_eq!(app.get("/admin/jobs?status=lost", Some(TOKEN)).await.status, StatusCode::BAD_REQUEST);
+
+    let shown = app.get(&format!("/admin/jobs/{id}"), Some(TOKEN)).await;
+    assert_eq!(shown.body["attempts_made"][0]["status_code"], 500);
+    assert!(shown.body["webhook_id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!(app.get("/admin/jobs/999999", Some(TOKEN)).await.status, StatusCode::NOT_FOUND);
+
+    let dry = app
+        .post_json("/admin/jobs/replay", Some(TOKEN), &json!({ "destination": "app", "dry_run": true }))
+        .await;
+    assert_eq!(dry.body["jobs"].as_array().unwrap().len(), 1);
+    let typo = app
+        .post_json("/admin/jobs/replay", Some(TOKEN), &json!({ "destination": "app", "dryrun": true }))
+        .await;
+    assert_eq!(typo.status, StatusCode::BAD_REQUEST, "an unknown field is refused, not ignored");
+    let replayed = app.post_json(&format!("/admin/jobs/{id}/replay"), Some(TOKEN), &json!({})).await;
+    assert_eq!((replayed.status, &replayed.body["status"]), (StatusCode::OK, &json!("pending")));
+    let again = app.post_json(&format!("/admin/jobs/{id}/replay"), Some(TOKEN), &json!({})).await;
+    assert!(
+        matches!(again.status, StatusCode::CONFLICT | StatusCode::OK),
+        "pending (409), or already sent again"
+    );
+    until_settled(app.pool()).await;
+
+    let paused = app.post_json("/admin/destinations/app/pause", Some(TOKEN), &json!({})).await;
+    assert_eq!(paused.body, json!({ "destination": "app", "paused": true }));
+    let listed = app.get("/admin/destinations", Some(TOKEN)).await;
+    assert_eq!(listed.body["destinations"][0]["state"], "paused");
+    app.post_json("/admin/destinations/app/resume", Some(TOKEN), &json!({})).await;
+    assert_eq!(
+        app.post_json("/admin/destinations/nope/pause", Some(TOKEN), &json!({})).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    let tested = app.post_json("/admin/destinations/app/test", Some(TOKEN), &json!({})).await;
+    assert_eq!((tested.status, &tested.body["status"]), (StatusCode::OK, &json!(200)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_each_destinations_attempts_backlog_and_state() {
+    let receiver = Receiver::start(SECRET).await;
+    let (app, _) = app_forwarding_to(&receiver).await;
+    receiver.answer_next([Answer::Status(500)]);
+    forward(&app, 2).await;
+
+    let metrics = app.metrics().await;
+    for line in [
+        "webhook_destination_attempts_total{destination=\"app\",outcome=\"sent\"} 1",
+        "webhook_destination_attempts_total{destination=\"app\",outcome=\"http_error\"} 1",
+        "webhook_destination_jobs{destination=\"app\",status=\"dead\"} 1",
+        "webhook_destination_jobs{destination=\"app\",status=\"pending\"} 0",
+        "webhook_destination_state{destination=\"app\",state=\"running\"} 1",
+        "webhook_destination_attempt_duration_seconds_count{destination=\"app\"} 2",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} is not in:\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn retention_purges_old_attempts_and_sent_jobs_keeps_dead_ones_as_long_as_failed_rows_and_never_pending_ones()
+ {
+    let app = TestApp::spawn().await;
+    let declaration = declaration("http://127.0.0.1:9/never", "");
+    for n in 1..=4 {
+        let id = format!("evt_{n}");
+        enqueue_event(app.pool(), &declaration, &id, &body(&id, "sub_A", n)).await;
+    }
+    sqlx::raw_sql(
+        "UPDATE destination_jobs SET status = 'sent', sent_at = now() - interval '100 days' WHERE event_id = 'evt_1';
+         UPDATE destination_jobs SET status = 'dead', created_at = now() - interval '100 days' WHERE event_id = 'evt_2';
+         UPDATE destination_jobs SET status = 'dead', created_at = now() - interval '200 days' WHERE event_id = 'evt_3';
+         UPDATE destination_jobs SET created_at = now() - interval '300 days' WHERE event_id = 'evt_4';
+         INSERT INTO destination_attempts (attempted_at, job_id, attempt, destination, duration_ms, response_body)
+         VALUES (now() - interval '100 days', 1, 1, 'app', 1, ''), (now(), 1, 2, 'app', 1, '');",
+    )
+    .execute(app.pool())
+    .await
+    .unwrap();
+
+    let out = cli(&app.db, &["purge", "--older-than", "90d", "--failed-older-than", "180d"]).await.ok();
+    assert!(
+        out.ends_with(
+            "deleted 1 forwarding attempt(s), 1 sent job(s), 1 dead job(s); pending jobs are untouched\n"
+        ),
+        "{out}"
+    );
+    let left: Vec<String> = sqlx::query_scalar("SELECT event_id FROM destination_jobs ORDER BY event_id")
+        .fetch_all(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, ["evt_2", "evt_4"]);
+    assert_eq!(app.count("SELECT count(*) FROM destination_attempts").await, 1);
+}
+
+#[tokio::test]
+async fn serve_refuses_a_declaration_with_a_mistake_naming_its_line_and_field() {
+    let db = TestDatabase::create().await;
+    let config = tempfile::NamedTempFile::new().unwrap();
+    for (toml, expected) in [
+        (
+            format!("[[destinations]]\nname = \"app\"\nurl = \"http://x.example\"\nsecret = \"{SECRET}\"\nevents = [\"paddle:*\"]\nrate_limit = -1\n"),
+            "line 6: destination \"app\", `rate_limit`: must be a number of requests per second above 0",
+        ),
+        (
+            "[[destinations]]\nname = \"app\"\nurl = \"http://x.example\"\nsecret = \"${APP_SECRET}\"\nevents = [\"paddle:*\"]\n".into(),
+            "line 4: destination \"app\", `secret`: names ${APP_SECRET}, which is not set",
+        ),
+        (
+            format!("[[destinations]]\nname = \"app\"\nurl = \"http://x.example\"\nsecret = \"{SECRET}\"\nevents = [\"padle:*\"]\n"),
+            "the event pattern padle:* names the provider \"padle\", which is not configured here",
+        ),
+    ] {
+        std::fs::write(config.path(), toml).unwrap();
+        let output = binary(&db, &["serve", "--config", config.path().to_str().unwrap(), "--listen-addr", "127.0.0.1:0"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success());
+        assert!(stderr.contains(expected), "{expected} not in:\n{stderr}");
+        assert!(!stderr.contains(&SECRET[6..]), "the secret was printed");
+    }
+}
