@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use crate::config::{DatabaseConfig, EffectsConfig, LogFormat, ServeConfig};
 use crate::db::Database;
-use crate::destinations::Declaration;
+use crate::destinations::{Declaration, Forwarding};
 use crate::inbox::Effects;
 
 /// Verified, archived, exactly-once webhook intake for Paddle, Clerk and more.
@@ -87,7 +87,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         let db = Database::connect(&cli.database).await?;
         let result = match command {
             Command::Serve(_) => unreachable!("handled above"),
-            Command::Events(events) => events::run(&db.pool, events, &request_id, out).await,
+            Command::Events(events) => events::run(&db.pool, events, &declaration, &request_id, out).await,
             Command::Destinations(command) => destinations::run(&db.pool, &declaration, command, out).await,
             Command::Jobs(command) => jobs::run(&db.pool, command, out).await,
             Command::Purge(args) => purge::run(&db.pool, args, out).await,
@@ -101,16 +101,21 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
 }
 
 /// The effects, configured: what `serve` applies and `events reprocess`
-/// applies again. Warns when no price is listed: every Paddle subscription
-/// or renewal with items then fails until its prices are.
-fn effects(config: &EffectsConfig) -> Effects {
+/// applies again, and (for the CLI's reprocess; `serve` adds its running
+/// queues) where events are forwarded. Warns when no price is listed: every
+/// Paddle subscription or renewal with items then fails until its prices are.
+fn effects(config: &EffectsConfig, declaration: &Declaration) -> Effects {
     if config.paddle_price_credits.is_empty() {
         tracing::warn!(
             "PADDLE_PRICE_CREDITS is empty: Paddle subscriptions and renewals fail (archived FAILED) until \
              their prices are listed"
         );
     }
-    crate::effects::all(config.paddle_price_credits.clone())
+    let effects = crate::effects::all(config.paddle_price_credits.clone());
+    match declaration.is_empty() {
+        true => effects,
+        false => effects.with_destinations(std::sync::Arc::new(Forwarding::declared(declaration.clone()))),
+    }
 }
 
 /// Writes `value` as one line of JSON (the `--json` output), hidden

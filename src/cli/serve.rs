@@ -31,7 +31,8 @@ pub async fn run(
     declaration: Declaration,
 ) -> anyhow::Result<()> {
     let providers = Registry::configure(&config.providers, config.signature_tolerance_secs)?;
-    let effects = super::effects(&config.effects);
+    // The running queues' destinations are added below (`with_forwarding`).
+    let effects = super::effects(&config.effects, &Declaration::default());
     let known: Vec<&str> =
         providers::BUILT_IN.iter().map(|spec| spec.name).chain(providers.names()).collect();
     declaration.check_providers(&known)?;

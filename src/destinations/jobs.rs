@@ -1,51 +1,27 @@
 //! Jobs: one row per event and destination in `destination_jobs`, a queue
-//! table of the engine (`crate::queue::sql`), inserted in the transaction
-//! that records the event for the first time.
+//! table of the engine (`crate::queue::sql`), written by the statement that
+//! records the event for the first time (`inbox::archive`), for the
+//! destinations that want it (here).
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
-use tracing::instrument;
 use uuid::Uuid;
 
 use super::declaration::{Declaration, Ordering};
 use super::entity::entity;
 use crate::event::Event;
-
-/// A job to insert: one event going to one destination.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewJob<'a> {
-    /// The destination's name.
-    pub destination: &'a str,
-    /// The event's provider.
-    pub provider: &'a str,
-    /// The event's id.
-    pub event_id: &'a str,
-    /// The event's type.
-    pub event_type: &'a str,
-    /// When the provider says it happened.
-    pub occurred_at: Option<DateTime<Utc>>,
-    /// The raw body, byte for byte as the provider sent it.
-    pub body: &'a [u8],
-    /// The entity it is about, for a destination that orders by entity.
-    pub ordering_key: Option<String>,
-}
+use crate::inbox::Forward;
 
 impl Declaration {
-    /// The jobs of `event` from `provider` whose raw body is `body`: one per
-    /// destination that wants it. Empty without destinations, at the cost
-    /// of a check of an empty list.
-    pub fn jobs_for<'a>(&'a self, provider: &'a str, event: &'a Event, body: &'a [u8]) -> Vec<NewJob<'a>> {
+    /// The jobs of `event` from `provider`: one per destination that wants
+    /// it. Empty without destinations, at the cost of a check of an empty
+    /// list.
+    pub fn forwards(&self, provider: &str, event: &Event) -> Vec<Forward> {
         let mut entity_of_event = None;
         self.iter()
             .filter(|destination| destination.wants(provider, &event.event_type))
-            .map(|destination| NewJob {
-                destination: &destination.name,
-                provider,
-                event_id: &event.id,
-                event_type: &event.event_type,
-                occurred_at: event.occurred_at,
-                body,
+            .map(|destination| Forward {
+                destination: destination.name.clone(),
                 // Read from the payload only when a destination asks for it.
                 ordering_key: match destination.ordering {
                     Ordering::None => None,
@@ -56,32 +32,6 @@ impl Declaration {
             })
             .collect()
     }
-}
-
-/// Inserts `jobs` on `conn`, inside the caller's transaction, in one
-/// statement. An event already holding a job for a destination keeps that
-/// one (a replay reuses its job; this is belt and braces under the dedup
-/// table, which never lets an event be recorded twice).
-#[instrument(skip_all, fields(jobs = jobs.len()))]
-pub async fn enqueue(conn: &mut PgConnection, jobs: &[NewJob<'_>]) -> sqlx::Result<u64> {
-    if jobs.is_empty() {
-        return Ok(0);
-    }
-    let inserted = sqlx::query(
-        "INSERT INTO destination_jobs (destination, provider, event_id, event_type, occurred_at, body, ordering_key)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bytea[], $7::text[])
-         ON CONFLICT ON CONSTRAINT uq_destination_jobs_event DO NOTHING",
-    )
-    .bind(jobs.iter().map(|j| j.destination).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.provider).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.event_id).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.event_type).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.occurred_at).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.body).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.ordering_key.as_deref()).collect::<Vec<_>>())
-    .execute(conn)
-    .await?;
-    Ok(inserted.rows_affected())
 }
 
 /// A claimed job, with what its request needs.

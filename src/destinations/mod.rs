@@ -21,7 +21,6 @@ pub mod signer;
 pub mod state;
 
 pub use declaration::{Circuit, Declaration, DeclarationError, Destination, Ordering};
-pub use jobs::{NewJob, enqueue};
 pub use queue::DestinationQueue;
 
 use std::collections::HashMap;
@@ -71,11 +70,29 @@ impl Forwarding {
         Forwarding { declaration: Arc::new(declaration), client, wakes: Arc::new(wakes) }
     }
 
+    /// The destinations of `declaration`, with no queue running here (the
+    /// CLI's reprocess writes jobs that `serve` sends).
+    pub fn declared(declaration: Declaration) -> Self {
+        Forwarding { declaration: Arc::new(declaration), ..Forwarding::default() }
+    }
+
     /// Tells `destination`'s queue that it has new jobs (this process just
     /// committed them), so it claims them now rather than at its next poll.
     pub fn wake(&self, destination: &str) {
         if let Some(wake) = self.wakes.get(destination) {
             wake.wake();
+        }
+    }
+}
+
+impl crate::inbox::Destinations for Forwarding {
+    fn forwards(&self, provider: &str, event: &crate::event::Event) -> Vec<crate::inbox::Forward> {
+        self.declaration.forwards(provider, event)
+    }
+
+    fn committed(&self, forwards: &[crate::inbox::Forward]) {
+        for forward in forwards {
+            self.wake(&forward.destination);
         }
     }
 }

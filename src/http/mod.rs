@@ -86,8 +86,13 @@ impl AppState {
         }
     }
 
-    /// Forwards events as `forwarding` says.
+    /// Forwards events as `forwarding` says: every delivery is routed to
+    /// the destinations that want its event, besides its effects.
     pub fn with_forwarding(mut self, forwarding: Forwarding) -> Self {
+        if !forwarding.declaration.is_empty() {
+            let effects = (*self.effects).clone().with_destinations(Arc::new(forwarding.clone()));
+            self.effects = Arc::new(effects);
+        }
         self.forwarding = forwarding;
         self
     }

@@ -21,7 +21,8 @@ pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcom
     // and keeps the transaction alive to archive the failure. Sent with BEGIN
     // in one round trip.
     let mut tx = conn.begin_with("BEGIN; SAVEPOINT before_dedup").await?;
-    let (archive_id, first) = archive::record(&mut *tx, delivery).await?;
+    // The jobs go in with the dedup row: the savepoint's rollback drops them too.
+    let (archive_id, first) = archive::record(&mut *tx, delivery, to_apply.forwards()).await?;
     if !first {
         tx.commit().await?;
         return Ok(Outcome::Duplicate { archive_id });
@@ -46,6 +47,7 @@ pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcom
     match applied {
         Ok(()) => {
             tx.commit().await?;
+            to_apply.forwards().committed();
             Ok(Outcome::Processed { archive_id })
         }
         // The database was busy or gone, not the event broken: no FAILED

@@ -8,7 +8,7 @@ use sqlx::query::Query;
 use sqlx::{Encode, PgConnection, PgExecutor, Postgres, Row, Type};
 use tracing::instrument;
 
-use super::Delivery;
+use super::{Delivery, Forwards};
 
 /// A delivery's archive columns, in order: name, SQL type of the bound
 /// value, and the value. Adding a column to the archive is its migration and
@@ -82,6 +82,29 @@ struct Statements {
     record: String,
     record_many: String,
     record_failure: String,
+    /// [`Statements::record`] that also writes the delivery's jobs.
+    record_forwarding: String,
+    /// [`Statements::record_many`] that also writes the deliveries' jobs.
+    record_many_forwarding: String,
+}
+
+/// The jobs of a delivery recorded for the first time: one row per
+/// destination, in the same statement as the dedup row, and only if the
+/// dedup row was inserted (`first`, an SQL condition, or a join on the
+/// inserted dedup rows in `from`), so a duplicate never makes one. `from`
+/// names the rows to insert (`f.destination`, `f.ordering_key`), `body` the
+/// raw body and `event` the event's provider, id, type and time.
+fn jobs(from: &str, body: &str, event: &str, first: &str) -> String {
+    format!(
+        "jobs AS (
+             INSERT INTO destination_jobs
+                 (destination, ordering_key, body, provider, event_id, event_type, occurred_at)
+             SELECT f.destination, f.ordering_key, {body}, {event}
+             FROM {from}
+             WHERE {first}
+             ON CONFLICT ON CONSTRAINT uq_destination_jobs_event DO NOTHING
+         )"
+    )
 }
 
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
@@ -104,59 +127,117 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
         .map(|(name, _)| format!("i.{name}{}", cast(name).unwrap_or_default()))
         .collect::<Vec<_>>()
         .join(", ");
-    let error = columns.len() + 1;
-    Statements {
-        record: format!(
+    // The jobs' parameters follow the columns'.
+    let next = columns.len() + 1;
+    let at =
+        |name: &str| columns.iter().position(|(column, _)| *column == name).expect("an archive column") + 1;
+    let event = ["provider", "event_id", "event_type", "occurred_at"].map(|name| format!("${}", at(name)));
+    let jobs_of_one = jobs(
+        &format!(
+            "unnest(${next}::text[], ${}::text[]) AS f(destination, ordering_key), (SELECT ${}::bytea AS body) AS b",
+            next + 1,
+            next + 2
+        ),
+        "b.body",
+        &event.join(", "),
+        "EXISTS (SELECT FROM dedup)",
+    );
+    let jobs_of_many = jobs(
+        &format!(
+            "unnest(${next}::int8[], ${}::text[], ${}::text[], ${}::bytea[]) AS f(n, destination, ordering_key, body)
+                  JOIN input i ON i.n = f.n
+                  JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id",
+            next + 1,
+            next + 2,
+            next + 3
+        ),
+        "f.body",
+        "i.provider, i.event_id, i.event_type, i.occurred_at",
+        "true",
+    );
+    let record = |jobs: &str| {
+        format!(
             "WITH dedup AS (
                  INSERT INTO processed_webhook_events (provider, event_id, event_type)
                  VALUES ($1, $2, $3)
                  ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
                  RETURNING id
-             )
+             ){jobs}
              INSERT INTO webhook_events ({names}, processing_status, processed_at)
              SELECT {values},
                     CASE WHEN EXISTS (SELECT FROM dedup) THEN 'PROCESSED' ELSE 'SKIPPED' END,
                     now()
              RETURNING id, processing_status = 'PROCESSED'"
-        ),
-        record_many: format!(
+        )
+    };
+    let record_many = |ordinality: &str, jobs: &str| {
+        format!(
             "WITH input AS (
-                 SELECT * FROM unnest({arrays}) AS t({names})
+                 SELECT * FROM unnest({arrays}) {ordinality}
              ),
              dedup AS (
                  INSERT INTO processed_webhook_events (provider, event_id, event_type)
                  SELECT provider, event_id, event_type FROM input ORDER BY provider, event_id
                  ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
                  RETURNING provider, event_id
-             )
+             ){jobs}
              INSERT INTO webhook_events ({names}, processing_status, processed_at)
              SELECT {input},
                     CASE WHEN d.event_id IS NULL THEN 'SKIPPED' ELSE 'PROCESSED' END,
                     now()
              FROM input i LEFT JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id
              RETURNING id, provider, event_id, processing_status = 'PROCESSED'"
-        ),
+        )
+    };
+    let error = columns.len() + 1;
+    Statements {
+        record: record(""),
+        record_many: record_many(&format!("AS t({names})"), ""),
         record_failure: format!(
             "INSERT INTO webhook_events ({names}, processing_status, error_message)
              VALUES ({values}, 'FAILED', ${error})
              RETURNING id"
         ),
+        record_forwarding: record(&format!(",\n             {jobs_of_one}")),
+        record_many_forwarding: record_many(
+            &format!("WITH ORDINALITY AS t({names}, n)"),
+            &format!(",\n             {jobs_of_many}"),
+        ),
     }
 });
 
 /// Inserts the dedup row and the archive row in one statement, and says
-/// whether this delivery is the event's first (`true`) or a duplicate.
+/// whether this delivery is the event's first (`true`) or a duplicate; with
+/// the event's first, the jobs of `forwards`.
 ///
 /// Why one statement: `ON CONFLICT DO NOTHING` on the unique constraint is
 /// the arbiter. A concurrent delivery of the same event waits here on the
 /// first one's uncommitted row (bounded by `lock_timeout`), then either sees
 /// it committed (duplicate) or rolled back (and inserts its own). The archive
-/// row gets its final status in the same statement; since it commits with
-/// the transaction, no reader ever sees it before the outcome is known.
+/// row gets its final status in the same statement, and the jobs go in only
+/// with the dedup row; since all commit with the transaction, no reader ever
+/// sees them before the outcome is known. Without jobs, the statement is
+/// the one it always was: forwarding costs nothing unless a destination
+/// wants the event.
 #[instrument(skip_all)]
-pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery) -> sqlx::Result<(i64, bool)> {
-    let query = sqlx::query(STATEMENTS.record.as_str());
-    let One(query, _) = columns(One(query, delivery));
+pub async fn record<'e>(
+    executor: impl PgExecutor<'e>,
+    delivery: &Delivery,
+    forwards: &Forwards,
+) -> sqlx::Result<(i64, bool)> {
+    let jobs = forwards.jobs();
+    let statement = match jobs.is_empty() {
+        true => &STATEMENTS.record,
+        false => &STATEMENTS.record_forwarding,
+    };
+    let One(mut query, _) = columns(One(sqlx::query(statement.as_str()), delivery));
+    if !jobs.is_empty() {
+        query = query
+            .bind(jobs.iter().map(|job| job.destination.as_str()).collect::<Vec<_>>())
+            .bind(jobs.iter().map(|job| job.ordering_key.as_deref()).collect::<Vec<_>>())
+            // The raw body, byte for byte: the jsonb the archive keeps is normalised.
+            .bind(delivery.payload.as_str().as_bytes());
+    }
     let row = query.fetch_one(executor).await?;
     Ok((row.try_get(0)?, row.try_get(1)?))
 }
@@ -173,9 +254,27 @@ pub async fn record<'e>(executor: impl PgExecutor<'e>, delivery: &Delivery) -> s
 pub async fn record_many(
     conn: &mut PgConnection,
     deliveries: &[&Delivery],
+    forwards: &[&Forwards],
 ) -> sqlx::Result<Vec<(i64, bool)>> {
-    let query = sqlx::query(STATEMENTS.record_many.as_str());
-    let Many(query, _) = columns(Many(query, deliveries));
+    // Each job with the (1-based) position of its delivery.
+    let jobs: Vec<(i64, &Delivery, &super::Forward)> = (1..)
+        .zip(deliveries.iter().zip(forwards))
+        .flat_map(|(n, (delivery, forwards))| forwards.jobs().iter().map(move |job| (n, *delivery, job)))
+        .collect();
+    let statement = match jobs.is_empty() {
+        true => &STATEMENTS.record_many,
+        false => &STATEMENTS.record_many_forwarding,
+    };
+    let Many(mut query, _) = columns(Many(sqlx::query(statement.as_str()), deliveries));
+    if !jobs.is_empty() {
+        query = query
+            .bind(jobs.iter().map(|(n, _, _)| *n).collect::<Vec<_>>())
+            .bind(jobs.iter().map(|(_, _, job)| job.destination.as_str()).collect::<Vec<_>>())
+            .bind(jobs.iter().map(|(_, _, job)| job.ordering_key.as_deref()).collect::<Vec<_>>())
+            .bind(
+                jobs.iter().map(|(_, delivery, _)| delivery.payload.as_str().as_bytes()).collect::<Vec<_>>(),
+            );
+    }
     let rows = query.fetch_all(conn).await?;
     // RETURNING has no order: match the rows back by their (unique) key.
     deliveries
@@ -211,12 +310,21 @@ mod tests {
     #[test]
     fn every_statement_names_every_column_once_with_a_parameter_for_each() {
         let Names(columns) = columns(Names::default());
-        for statement in [&STATEMENTS.record, &STATEMENTS.record_many, &STATEMENTS.record_failure] {
+        let n = columns.len();
+        // The statements and their last parameter: the columns', the error,
+        // or the jobs' (three for one delivery, four for several).
+        for (statement, last) in [
+            (&STATEMENTS.record, n),
+            (&STATEMENTS.record_many, n),
+            (&STATEMENTS.record_failure, n + 1),
+            (&STATEMENTS.record_forwarding, n + 3),
+            (&STATEMENTS.record_many_forwarding, n + 4),
+        ] {
             for (name, _) in &columns {
                 assert!(statement.contains(&format!("{name}, ")), "{name} in {statement}");
             }
-            assert!(statement.contains(&format!("${}", columns.len())), "{statement}");
-            assert!(!statement.contains(&format!("${}", columns.len() + 2)), "{statement}");
+            assert!(statement.contains(&format!("${last}")), "{statement}");
+            assert!(!statement.contains(&format!("${}", last + 1)), "{statement}");
         }
         assert!(STATEMENTS.record.contains("$4::jsonb"), "{}", STATEMENTS.record);
         assert!(STATEMENTS.record_many.contains("i.payload::jsonb"), "{}", STATEMENTS.record_many);

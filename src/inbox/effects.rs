@@ -9,6 +9,7 @@ use futures_util::future::BoxFuture;
 use sqlx::PgConnection;
 
 use super::Delivery;
+use super::forwards::{Destinations, Forwards};
 use crate::event::Event;
 
 /// The side effects of one kind of event: writes made on the delivery's
@@ -61,9 +62,13 @@ pub enum EffectError {
 }
 
 /// Every event type that has side effects, by provider, and its effect.
-/// Events of any other type are only recorded.
+/// Events of any other type are only recorded. And where events are
+/// forwarded, which any event may be, whatever its lane.
 #[derive(Clone, Default)]
-pub struct Effects(HashMap<String, HashMap<String, Arc<dyn Boxed>>>);
+pub struct Effects {
+    effects: HashMap<String, HashMap<String, Arc<dyn Boxed>>>,
+    destinations: Option<Arc<dyn Destinations>>,
+}
 
 impl Effects {
     /// Gives events of `event_type` from `provider` the effect `effect`.
@@ -74,19 +79,26 @@ impl Effects {
     /// Gives events of each of `event_types` from `provider` the same `effect`.
     pub fn on_each(mut self, provider: &str, event_types: &[&str], effect: impl Effect) -> Self {
         let effect: Arc<dyn Boxed> = Arc::new(effect);
-        let types = self.0.entry(provider.to_string()).or_default();
+        let types = self.effects.entry(provider.to_string()).or_default();
         for event_type in event_types {
             types.insert(event_type.to_string(), effect.clone());
         }
         self
     }
 
+    /// Forwards events to `destinations` (independently of their effects).
+    pub fn with_destinations(mut self, destinations: Arc<dyn Destinations>) -> Self {
+        self.destinations = Some(destinations);
+        self
+    }
+
     /// Decides the delivery's lane: the one place that asks whether its
-    /// event has side effects.
+    /// event has side effects; and which destinations want its event.
     pub fn route(&self, delivery: Delivery) -> Routed {
-        match self.0.get(&delivery.provider).and_then(|types| types.get(&delivery.event.event_type)) {
-            Some(effect) => Routed::Apply(ToApply { effect: effect.clone(), delivery }),
-            None => Routed::Record(ToRecord(delivery)),
+        let forwards = Forwards::of(&self.destinations, &delivery.provider, &delivery.event);
+        match self.effects.get(&delivery.provider).and_then(|types| types.get(&delivery.event.event_type)) {
+            Some(effect) => Routed::Apply(ToApply { effect: effect.clone(), delivery, forwards }),
+            None => Routed::Record(ToRecord { delivery, forwards }),
         }
     }
 }
@@ -94,7 +106,7 @@ impl Effects {
 impl std::fmt::Debug for Effects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let types: Vec<(&str, &str)> = self
-            .0
+            .effects
             .iter()
             .flat_map(|(provider, types)| types.keys().map(move |t| (provider.as_str(), t.as_str())))
             .collect();
@@ -116,7 +128,7 @@ impl Routed {
     /// The delivery, whatever its lane.
     pub fn delivery(&self) -> &Delivery {
         match self {
-            Routed::Record(ToRecord(delivery)) | Routed::Apply(ToApply { delivery, .. }) => delivery,
+            Routed::Record(ToRecord { delivery, .. }) | Routed::Apply(ToApply { delivery, .. }) => delivery,
         }
     }
 }
@@ -125,12 +137,20 @@ impl Routed {
 /// makes one, so the recording lane, which applies nothing, cannot be
 /// handed an event that has effects.
 #[derive(Debug)]
-pub struct ToRecord(Delivery);
+pub struct ToRecord {
+    delivery: Delivery,
+    forwards: Forwards,
+}
 
 impl ToRecord {
     /// The delivery.
     pub fn delivery(&self) -> &Delivery {
-        &self.0
+        &self.delivery
+    }
+
+    /// The jobs it writes with its dedup row.
+    pub fn forwards(&self) -> &Forwards {
+        &self.forwards
     }
 }
 
@@ -138,12 +158,18 @@ impl ToRecord {
 pub struct ToApply {
     delivery: Delivery,
     effect: Arc<dyn Boxed>,
+    forwards: Forwards,
 }
 
 impl ToApply {
     /// The delivery.
     pub fn delivery(&self) -> &Delivery {
         &self.delivery
+    }
+
+    /// The jobs it writes with its dedup row.
+    pub fn forwards(&self) -> &Forwards {
+        &self.forwards
     }
 
     /// Applies its event's effect on `conn`, inside the delivery's transaction.
@@ -157,6 +183,9 @@ impl ToApply {
 
 impl std::fmt::Debug for ToApply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ToApply").field("delivery", &self.delivery).finish_non_exhaustive()
+        f.debug_struct("ToApply")
+            .field("delivery", &self.delivery)
+            .field("forwards", &self.forwards)
+            .finish_non_exhaustive()
     }
 }

@@ -13,6 +13,7 @@ mod archive;
 mod delivery;
 mod effects;
 mod error;
+mod forwards;
 mod record;
 mod workers;
 
@@ -22,6 +23,7 @@ pub use apply::apply;
 pub use delivery::{Delivery, Source};
 pub use effects::{Effect, EffectError, Effects, Routed, ToApply, ToRecord};
 pub use error::InboxError;
+pub use forwards::{Destinations, Forward, Forwards};
 pub use record::{record, record_together};
 pub use workers::{MIN_POOL_SIZE, RECORDERS, RESERVED_CONNECTIONS, Workers};
 

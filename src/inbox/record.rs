@@ -7,10 +7,14 @@ use sqlx::PgConnection;
 
 use super::{InboxError, Outcome, ToRecord, archive};
 
-/// Records a delivery. Nothing can fail after the dedup insert, so one
-/// autocommitted statement is the whole transaction.
+/// Records a delivery, and its jobs if it is its event's first. Nothing can
+/// fail after the dedup insert, so one autocommitted statement is the whole
+/// transaction.
 pub async fn record(conn: &mut PgConnection, delivery: &ToRecord) -> Result<Outcome, InboxError> {
-    let (archive_id, first) = archive::record(conn, delivery.delivery()).await?;
+    let (archive_id, first) = archive::record(conn, delivery.delivery(), delivery.forwards()).await?;
+    if first {
+        delivery.forwards().committed();
+    }
     Ok(Outcome::recorded(archive_id, first))
 }
 
@@ -35,9 +39,13 @@ pub async fn record_together(
         .collect();
     if batch.len() > 1 {
         let members: Vec<_> = batch.iter().map(|&i| deliveries[i].delivery()).collect();
-        match archive::record_many(conn, &members).await.map_err(InboxError::from) {
+        let forwards: Vec<_> = batch.iter().map(|&i| deliveries[i].forwards()).collect();
+        match archive::record_many(conn, &members, &forwards).await.map_err(InboxError::from) {
             Ok(recorded) => {
                 for (&i, (archive_id, first)) in batch.iter().zip(recorded) {
+                    if first {
+                        deliveries[i].forwards().committed();
+                    }
                     results[i] = Some(Ok(Outcome::recorded(archive_id, first)));
                 }
             }

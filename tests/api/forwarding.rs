@@ -4,39 +4,33 @@
 //! failure (500, timeout, refused connection) is retried until the receiver
 //! recovers, then the event arrives once more and is done.
 
-use std::time::Duration;
-
 use chrono::Utc;
 use webhook_inbox::queue::Round;
 
-use crate::support::TestApp;
 use crate::support::forwarding::*;
 use crate::support::receiver::{Answer, Receiver};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_arrives_once_byte_for_byte_with_headers_an_independent_verifier_accepts() {
-    let app = TestApp::spawn().await;
     // During a rotation both secrets sign; the app still holds the old one.
     let receiver = Receiver::start(OLD_SECRET).await;
-    let declaration = declare(&format!(
-        "[[destinations]]\nname = \"app\"\nurl = \"{}\"\nsecret = [\"{SECRET}\", \"{OLD_SECRET}\"]\nevents = [\"paddle:subscription.*\"]\n",
+    let app = sending_app(format!(
+        "[[destinations]]\nname = \"app\"\nurl = \"{}\"\nsecret = [\"{SECRET}\", \"{OLD_SECRET}\"]\nevents = [\"paddle:customer.*\"]\n",
         receiver.url()
-    ));
-    let sent = body("evt_1", "sub_A", 1);
-    assert_eq!(enqueue_event(app.pool(), &declaration, "evt_1", &sent).await, 1);
-    let (engine, _forwarding) = run(app.pool(), declaration).await;
+    ))
+    .await;
+    let sent = body("evt_1", "ctm_A", 1);
 
+    assert_eq!(app.send(&paddle_raw(&sent)).await.body["status"], "processed");
     let arrival = receiver.until_arrivals(1).await.remove(0);
     assert_eq!(until_settled(app.pool()).await, [("sent".to_string(), 1)]);
-    assert!(engine.stop(tokio::time::Instant::now() + Duration::from_secs(10)).await);
 
-    assert_eq!(receiver.arrivals().len(), 1, "sent once");
     assert_eq!(arrival.verified, Ok(()), "the standardwebhooks crate accepts the signature");
     assert_eq!(&arrival.body[..], sent.as_bytes(), "the provider's bytes, not the archive's jsonb");
     assert_eq!(arrival.header("webhook-signature").split(' ').count(), 2, "one signature per secret");
     assert!(arrival.header("webhook-id").starts_with("msg_"));
     assert_eq!(arrival.header("webhook-inbox-provider"), "paddle");
-    assert_eq!(arrival.header("webhook-inbox-event-type"), "subscription.updated");
+    assert_eq!(arrival.header("webhook-inbox-event-type"), "customer.updated");
     assert_eq!(arrival.header("webhook-inbox-event-id"), "evt_1");
     assert_eq!(arrival.header("webhook-inbox-attempt"), "1");
     assert_eq!(arrival.header("webhook-inbox-occurred-at"), "2024-04-01T10:00:00.000Z");
@@ -47,16 +41,15 @@ async fn an_event_arrives_once_byte_for_byte_with_headers_an_independent_verifie
             .await
             .unwrap();
     assert_eq!(attempts, [(1, Some(200), None)]);
+    assert_eq!(receiver.arrivals().len(), 1, "sent once");
 }
 
 #[tokio::test]
 async fn failures_are_retried_on_the_schedule_and_the_event_arrives_once_it_is_accepted() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(&receiver.url(), "retry_schedule = [\"1m\", \"1m\", \"1m\"]");
-    declare_state(app.pool(), &declaration).await;
-    enqueue_event(app.pool(), &declaration, "evt_1", &body("evt_1", "sub_A", 1)).await;
-    let queue = queue(&declaration, "app");
+    let app = forwarding_app(destination(&receiver.url(), "retry_schedule = [\"1m\", \"1m\", \"1m\"]")).await;
+    deliver(&app, "evt_1", "ctm_A", 1).await;
+    let queue = queue(&app, "app");
     receiver.answer_next([Answer::Status(500), Answer::Status(502)]);
     let now = Utc::now();
 
@@ -95,17 +88,15 @@ async fn failures_are_retried_on_the_schedule_and_the_event_arrives_once_it_is_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_that_does_not_answer_in_time_is_a_failed_attempt_and_the_retry_arrives() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(&receiver.url(), "timeout = \"300ms\"\nretry_schedule = [\"10ms\"]");
-    enqueue_event(app.pool(), &declaration, "evt_1", &body("evt_1", "sub_A", 1)).await;
     receiver.answer_next([Answer::Hang]);
-    let (engine, _forwarding) = run(app.pool(), declaration).await;
+    let app =
+        sending_app(destination(&receiver.url(), "timeout = \"300ms\"\nretry_schedule = [\"10ms\"]")).await;
+    deliver(&app, "evt_1", "ctm_A", 1).await;
 
     let arrivals = receiver.until_arrivals(2).await;
     assert_eq!(until_settled(app.pool()).await, [("sent".to_string(), 2)]);
     receiver.release();
-    assert!(engine.stop(tokio::time::Instant::now() + Duration::from_secs(10)).await);
 
     assert_eq!(arrivals[0].header("webhook-id"), arrivals[1].header("webhook-id"));
     let error: Option<String> =
@@ -118,13 +109,13 @@ async fn a_receiver_that_does_not_answer_in_time_is_a_failed_attempt_and_the_ret
 
 #[tokio::test]
 async fn a_refused_connection_is_retried_until_the_receiver_is_up() {
-    let app = TestApp::spawn().await;
     // A port nobody listens on, until the receiver starts on it.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let declaration = declaration(&format!("http://{port}/webhooks/inbox"), "retry_schedule = [\"1m\"]");
-    declare_state(app.pool(), &declaration).await;
-    enqueue_event(app.pool(), &declaration, "evt_1", &body("evt_1", "sub_A", 1)).await;
-    let queue = queue(&declaration, "app");
+    let app =
+        forwarding_app(destination(&format!("http://{port}/webhooks/inbox"), "retry_schedule = [\"1m\"]"))
+            .await;
+    deliver(&app, "evt_1", "ctm_A", 1).await;
+    let queue = queue(&app, "app");
     let now = Utc::now();
 
     assert_eq!(round(app.pool(), &queue, now).await.retrying, 1);
@@ -140,63 +131,51 @@ async fn a_refused_connection_is_retried_until_the_receiver_is_up() {
 
 #[tokio::test]
 async fn retry_after_on_429_and_503_decides_when_the_next_attempt_is_due() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(&receiver.url(), "retry_schedule = [\"1s\", \"1s\", \"1s\"]");
-    declare_state(app.pool(), &declaration).await;
-    enqueue_event(app.pool(), &declaration, "evt_1", &body("evt_1", "sub_A", 1)).await;
-    let queue = queue(&declaration, "app");
+    let app = forwarding_app(destination(&receiver.url(), "retry_schedule = [\"1s\", \"1s\", \"1s\"]")).await;
+    deliver(&app, "evt_1", "ctm_A", 1).await;
+    let queue = queue(&app, "app");
     receiver.answer_next([
         Answer::RetryAfter(429, "120"),
         Answer::RetryAfter(503, "30"),
         Answer::RetryAfter(500, "600"),
     ]);
     let now = Utc::now();
-    let due = |app: &TestApp| {
-        let pool = app.pool().clone();
-        async move {
-            sqlx::query_scalar::<_, f64>(
-                "SELECT extract(epoch FROM next_attempt_at)::float8 FROM destination_jobs",
-            )
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
+    let due = || async {
+        sqlx::query_scalar::<_, f64>(
+            "SELECT extract(epoch FROM next_attempt_at)::float8 FROM destination_jobs",
+        )
+        .fetch_one(app.pool())
+        .await
+        .unwrap()
     };
     let at = |offset: i64| (now + chrono::Duration::seconds(offset)).timestamp() as f64;
 
     round(app.pool(), &queue, now).await;
-    let first = due(&app).await;
-    assert!((at(120)..at(122)).contains(&first), "429 with Retry-After: 120 s, not the schedule's 1 s");
+    assert!((at(120)..at(122)).contains(&due().await), "429 with Retry-After: 120 s, not the schedule's 1 s");
     assert_eq!(round(app.pool(), &queue, now + chrono::Duration::seconds(119)).await, Round::default());
 
     round(app.pool(), &queue, now + chrono::Duration::seconds(121)).await;
-    let second = due(&app).await;
-    assert!((at(151)..at(153)).contains(&second), "503 with Retry-After: 30 s");
+    assert!((at(151)..at(153)).contains(&due().await), "503 with Retry-After: 30 s");
 
     round(app.pool(), &queue, now + chrono::Duration::seconds(153)).await;
-    let third = due(&app).await;
-    assert!((at(153)..at(155)).contains(&third), "a 500 keeps the schedule whatever it asks");
+    assert!((at(153)..at(155)).contains(&due().await), "a 500 keeps the schedule whatever it asks");
 }
 
 #[tokio::test]
 async fn a_410_disables_the_destination_and_its_jobs_wait_until_it_is_resumed() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(&receiver.url(), "retry_schedule = [\"1s\"]");
-    declare_state(app.pool(), &declaration).await;
+    let app = forwarding_app(destination(&receiver.url(), "retry_schedule = [\"1s\"]")).await;
     for n in 1..=3 {
-        let id = format!("evt_{n}");
-        enqueue_event(app.pool(), &declaration, &id, &body(&id, "sub_A", n)).await;
+        deliver(&app, &format!("evt_{n}"), "ctm_A", n).await;
     }
-    let queue = queue(&declaration, "app");
+    let queue = queue(&app, "app");
     receiver.answer_next([Answer::Status(410)]);
     let now = Utc::now();
 
     // The first attempt is answered 410; the other two went in the same
     // claim and arrive, but nothing is claimed after it.
-    let first = round(app.pool(), &queue, now).await;
-    assert_eq!(first.claimed, 3);
+    assert_eq!(round(app.pool(), &queue, now).await.claimed, 3);
     let disabled: Option<chrono::DateTime<Utc>> =
         sqlx::query_scalar("SELECT disabled_at FROM destinations WHERE name = 'app'")
             .fetch_one(app.pool())

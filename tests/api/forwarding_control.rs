@@ -8,18 +8,15 @@ use webhook_inbox::destinations::state;
 use webhook_inbox::operations::jobs::{self, ReplayError};
 use webhook_inbox::queue::Round;
 
-use crate::support::TestApp;
 use crate::support::forwarding::*;
 use crate::support::receiver::{Answer, Receiver};
 
 #[tokio::test]
 async fn past_the_schedule_a_job_is_dead_and_a_replay_sends_it_once_more_with_the_same_webhook_id() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(&receiver.url(), "retry_schedule = [\"1m\", \"1m\"]");
-    declare_state(app.pool(), &declaration).await;
-    enqueue_event(app.pool(), &declaration, "evt_1", &body("evt_1", "sub_A", 1)).await;
-    let queue = queue(&declaration, "app");
+    let app = forwarding_app(destination(&receiver.url(), "retry_schedule = [\"1m\", \"1m\"]")).await;
+    deliver(&app, "evt_1", "ctm_A", 1).await;
+    let queue = queue(&app, "app");
     receiver.answer_otherwise(Answer::Status(500));
     let now = Utc::now();
     let at = |secs| now + chrono::Duration::seconds(secs);
@@ -56,16 +53,13 @@ async fn past_the_schedule_a_job_is_dead_and_a_replay_sends_it_once_more_with_th
 
 #[tokio::test]
 async fn dead_jobs_of_a_time_range_are_listed_by_a_dry_run_then_replayed() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(&receiver.url(), "retry_schedule = []");
-    declare_state(app.pool(), &declaration).await;
+    let app = forwarding_app(destination(&receiver.url(), "retry_schedule = []")).await;
     for n in 1..=3 {
-        let id = format!("evt_{n}");
-        enqueue_event(app.pool(), &declaration, &id, &body(&id, "sub_A", n)).await;
+        deliver(&app, &format!("evt_{n}"), "ctm_A", n).await;
     }
     receiver.answer_otherwise(Answer::Status(500));
-    let queue = queue(&declaration, "app");
+    let queue = queue(&app, "app");
     assert_eq!(round(app.pool(), &queue, Utc::now()).await.dead, 3);
     // The first one failed long ago, outside the range.
     sqlx::query(
@@ -93,16 +87,13 @@ async fn dead_jobs_of_a_time_range_are_listed_by_a_dry_run_then_replayed() {
 
 #[tokio::test]
 async fn a_paused_destination_keeps_its_jobs_and_drains_them_in_order_once_resumed() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(&receiver.url(), "concurrency = 1");
-    declare_state(app.pool(), &declaration).await;
+    let app = forwarding_app(destination(&receiver.url(), "concurrency = 1")).await;
     state::pause(app.pool(), "app").await.unwrap();
     for n in 1..=4 {
-        let id = format!("evt_{n}");
-        enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{n}"), n)).await;
+        deliver(&app, &format!("evt_{n}"), &format!("ctm_{n}"), n).await;
     }
-    let queue = queue(&declaration, "app");
+    let queue = queue(&app, "app");
     let now = Utc::now();
 
     assert_eq!(round(app.pool(), &queue, now + chrono::Duration::days(1)).await, Round::default());
@@ -120,18 +111,16 @@ async fn a_paused_destination_keeps_its_jobs_and_drains_them_in_order_once_resum
 #[tokio::test]
 async fn the_circuit_opens_after_consecutive_failures_wastes_no_attempt_while_open_and_closes_after_a_probe()
 {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(
+    let app = forwarding_app(destination(
         &receiver.url(),
         "concurrency = 1\nretry_schedule = [\"1s\", \"1s\", \"1s\", \"1s\", \"1s\"]\ncircuit_breaker = { failures = 3, cooldown = \"10m\" }",
-    );
-    declare_state(app.pool(), &declaration).await;
+    ))
+    .await;
     for n in 1..=5 {
-        let id = format!("evt_{n}");
-        enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{n}"), n)).await;
+        deliver(&app, &format!("evt_{n}"), &format!("ctm_{n}"), n).await;
     }
-    let queue = queue(&declaration, "app");
+    let queue = queue(&app, "app");
     receiver.answer_otherwise(Answer::Status(503));
     let now = Utc::now();
     let at = |secs| now + chrono::Duration::seconds(secs);
@@ -173,17 +162,16 @@ async fn the_circuit_opens_after_consecutive_failures_wastes_no_attempt_while_op
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_rate_limit_holds_across_two_replicas_in_every_window() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
     let (rate, burst) = (20.0, 20.0);
-    let declaration = declaration(&receiver.url(), "rate_limit = 20\nconcurrency = 50");
+    let app = forwarding_app(destination(&receiver.url(), "rate_limit = 20\nconcurrency = 50")).await;
     for n in 0..80 {
-        let id = format!("evt_{n}");
-        enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{n}"), n)).await;
+        deliver(&app, &format!("evt_{n}"), &format!("ctm_{n}"), n).await;
     }
     // Two replicas, each with its own engine and pool, one bucket.
+    let declaration = &app.state.forwarding.declaration;
     let (replica, _) = app.replica().await;
-    let (first, _a) = run(app.pool(), declaration.clone()).await;
+    let (first, _a) = run(app.pool(), declaration).await;
     let (second, _b) = run(&replica.pool, declaration).await;
     until_settled(app.pool()).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

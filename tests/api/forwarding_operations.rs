@@ -25,10 +25,8 @@ async fn app_forwarding_to(receiver: &Receiver) -> (TestApp, String) {
 
 /// Enqueues `count` events for `app` and waits until each is sent or dead.
 async fn forward(app: &TestApp, count: usize) {
-    let declaration = app.state.forwarding.declaration.clone();
     for n in 1..=count {
-        let id = format!("evt_{n}");
-        enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{n}"), n)).await;
+        deliver(app, &format!("evt_{n}"), &format!("ctm_{n}"), n).await;
     }
     until_settled(app.pool()).await;
 }
@@ -170,11 +168,9 @@ async fn metrics_show_each_destinations_attempts_backlog_and_state() {
 #[tokio::test]
 async fn retention_purges_old_attempts_and_sent_jobs_keeps_dead_ones_as_long_as_failed_rows_and_never_pending_ones()
  {
-    let app = TestApp::spawn().await;
-    let declaration = declaration("http://127.0.0.1:9/never", "");
+    let app = forwarding_app(destination("http://127.0.0.1:9/never", "")).await;
     for n in 1..=4 {
-        let id = format!("evt_{n}");
-        enqueue_event(app.pool(), &declaration, &id, &body(&id, "sub_A", n)).await;
+        deliver(&app, &format!("evt_{n}"), "ctm_A", n).await;
     }
     sqlx::raw_sql(
         "UPDATE destination_jobs SET status = 'sent', sent_at = now() - interval '100 days' WHERE event_id = 'evt_1';

@@ -8,7 +8,6 @@ use std::time::Duration;
 use chrono::Utc;
 use webhook_inbox::queue::Round;
 
-use crate::support::TestApp;
 use crate::support::forwarding::*;
 use crate::support::receiver::{Answer, Receiver};
 
@@ -26,18 +25,18 @@ fn arrived(receiver: &Receiver) -> Vec<(String, u64)> {
 
 #[tokio::test]
 async fn a_failing_event_holds_back_only_its_own_entity() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration =
-        declaration(&receiver.url(), "ordering = \"entity\"\nretry_schedule = [\"1m\", \"1m\"]");
-    declare_state(app.pool(), &declaration).await;
+    let app = forwarding_app(destination(
+        &receiver.url(),
+        "ordering = \"entity\"\nretry_schedule = [\"1m\", \"1m\"]",
+    ))
+    .await;
     for seq in 1..=3 {
-        for entity in ["sub_A", "sub_B"] {
-            let id = format!("evt_{entity}_{seq}");
-            enqueue_event(app.pool(), &declaration, &id, &body(&id, entity, seq)).await;
+        for entity in ["ctm_A", "ctm_B"] {
+            deliver(&app, &format!("evt_{entity}_{seq}"), entity, seq).await;
         }
     }
-    let queue = queue(&declaration, "app");
+    let queue = queue(&app, "app");
     receiver.answer_next([Answer::Status(500)]);
     let now = Utc::now();
 
@@ -55,22 +54,19 @@ async fn a_failing_event_holds_back_only_its_own_entity() {
 
     let order = arrived(&receiver);
     let entity = |name: &str| order.iter().filter(|(e, _)| e == name).map(|(_, s)| *s).collect::<Vec<_>>();
-    assert_eq!(entity("sub_A"), [1, 1, 2, 3], "A1 failed, then A1, A2, A3");
-    assert_eq!(entity("sub_B"), [1, 2, 3]);
-    let b3 = order.iter().position(|a| *a == ("sub_B".into(), 3)).unwrap();
-    let a2 = order.iter().position(|a| *a == ("sub_A".into(), 2)).unwrap();
+    assert_eq!(entity("ctm_A"), [1, 1, 2, 3], "A1 failed, then A1, A2, A3");
+    assert_eq!(entity("ctm_B"), [1, 2, 3]);
+    let b3 = order.iter().position(|a| *a == ("ctm_B".into(), 3)).unwrap();
+    let a2 = order.iter().position(|a| *a == ("ctm_A".into(), 2)).unwrap();
     assert!(b3 < a2, "B's events passed the blocked A: {order:?}");
 }
 
 #[tokio::test]
 async fn an_event_is_held_while_another_of_its_entity_is_in_flight_even_a_later_one() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
-    let declaration = declaration(&receiver.url(), "ordering = \"entity\"");
-    declare_state(app.pool(), &declaration).await;
+    let app = forwarding_app(destination(&receiver.url(), "ordering = \"entity\"")).await;
     for seq in 1..=2 {
-        let id = format!("evt_{seq}");
-        enqueue_event(app.pool(), &declaration, &id, &body(&id, "sub_A", seq)).await;
+        deliver(&app, &format!("evt_{seq}"), "ctm_A", seq).await;
     }
     // The second event was claimed by another replica before the first
     // one's transaction committed (ids are taken at insert, commits may
@@ -83,7 +79,7 @@ async fn an_event_is_held_while_another_of_its_entity_is_in_flight_even_a_later_
     .execute(app.pool())
     .await
     .unwrap();
-    let queue = queue(&declaration, "app");
+    let queue = queue(&app, "app");
 
     assert_eq!(
         round(app.pool(), &queue, Utc::now()).await,
@@ -100,14 +96,14 @@ async fn an_event_is_held_while_another_of_its_entity_is_in_flight_even_a_later_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_deliver_each_entity_in_order_and_never_two_of_one_entity_at_once() {
-    let app = TestApp::spawn().await;
     let receiver = Receiver::start(SECRET).await;
     // Each request takes a while, so that overlaps would be seen.
     receiver.hold_each(Duration::from_millis(20));
-    let declaration = declaration(
+    let app = forwarding_app(destination(
         &receiver.url(),
         "ordering = \"entity\"\nconcurrency = 20\nretry_schedule = [\"10ms\", \"10ms\", \"10ms\"]",
-    );
+    ))
+    .await;
     // Some first attempts fail, so retries interleave with the rest.
     receiver.answer_next([
         Answer::Status(500),
@@ -118,12 +114,12 @@ async fn two_replicas_deliver_each_entity_in_order_and_never_two_of_one_entity_a
     let (entities, per_entity) = (8, 6);
     for seq in 1..=per_entity {
         for entity in 0..entities {
-            let id = format!("evt_{entity}_{seq}");
-            enqueue_event(app.pool(), &declaration, &id, &body(&id, &format!("sub_{entity}"), seq)).await;
+            deliver(&app, &format!("evt_{entity}_{seq}"), &format!("ctm_{entity}"), seq).await;
         }
     }
+    let declaration = &app.state.forwarding.declaration;
     let (replica, _) = app.replica().await;
-    let (first, _a) = run(app.pool(), declaration.clone()).await;
+    let (first, _a) = run(app.pool(), declaration).await;
     let (second, _b) = run(&replica.pool, declaration).await;
     let settled = until_settled(app.pool()).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

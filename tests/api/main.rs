@@ -18,6 +18,7 @@ mod delivery;
 mod events_cli;
 mod forwarding;
 mod forwarding_control;
+mod forwarding_intake;
 mod forwarding_operations;
 mod forwarding_ordering;
 mod handler_failure;

@@ -10,6 +10,7 @@ use clap::Subcommand;
 use sqlx::PgPool;
 
 use super::json_line;
+use crate::destinations::Declaration;
 
 /// The `events` subcommands.
 #[derive(Debug, Subcommand)]
@@ -23,15 +24,18 @@ pub enum EventsCommand {
 }
 
 /// Runs an `events` subcommand.
+/// `declaration` says where a reprocessed event that is applied now is
+/// forwarded (the jobs are sent by `serve`).
 pub async fn run(
     pool: &PgPool,
     command: EventsCommand,
+    declaration: &Declaration,
     request_id: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     match command {
         EventsCommand::List(args) => list::run(pool, args, out).await,
         EventsCommand::Show(args) => show::run(pool, args, out).await,
-        EventsCommand::Reprocess(args) => reprocess::run(pool, args, request_id, out).await,
+        EventsCommand::Reprocess(args) => reprocess::run(pool, args, declaration, request_id, out).await,
     }
 }

@@ -8,6 +8,8 @@ use clap::Args;
 use serde_json::json;
 use sqlx::PgPool;
 
+use crate::destinations::Declaration;
+
 use super::json_line;
 use crate::cli::table;
 use crate::config::EffectsConfig;
@@ -47,10 +49,11 @@ pub struct ReprocessArgs {
 pub async fn run(
     pool: &PgPool,
     args: ReprocessArgs,
+    declaration: &Declaration,
     request_id: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let effects = crate::cli::effects(&args.effects);
+    let effects = crate::cli::effects(&args.effects, declaration);
     let summary = match args.id {
         Some(id) => {
             ensure!(

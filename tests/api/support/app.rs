@@ -44,9 +44,11 @@ pub struct TestConfig {
     pub pool_size: u32,
     /// `DB_ACQUIRE_TIMEOUT_MS`: also how long a delivery waits for a worker.
     pub acquire_timeout: Duration,
-    /// The configuration file's destinations (TOML); their queues run in
-    /// the background, as in `serve`.
+    /// The configuration file's destinations (TOML).
     pub destinations: Option<String>,
+    /// Whether their queues run in the background, as in `serve`; if not,
+    /// deliveries write jobs that only a test's rounds send.
+    pub send_forwards: bool,
 }
 
 impl Default for TestConfig {
@@ -67,6 +69,7 @@ impl Default for TestConfig {
             pool_size: 8,
             acquire_timeout: Duration::from_secs(10),
             destinations: None,
+            send_forwards: true,
         }
     }
 }
@@ -128,7 +131,10 @@ impl TestApp {
                 let declaration = Declaration::parse(toml, "test.toml", |_| None).unwrap();
                 webhook_inbox::destinations::state::declare(&state.pool, &declaration).await.unwrap();
                 let mut engine = Engine::new(state.pool.clone(), Duration::from_millis(20));
-                let forwarding = Forwarding::start(declaration, client::build(), &mut engine, &state.metrics);
+                let forwarding = match config.send_forwards {
+                    true => Forwarding::start(declaration, client::build(), &mut engine, &state.metrics),
+                    false => Forwarding::declared(declaration),
+                };
                 state = state.with_forwarding(forwarding);
                 Some(engine)
             }

@@ -1,16 +1,18 @@
-//! Forwarding in the tests: a destination declared for a test receiver, its
-//! jobs enqueued as the intake does, and its queue driven round by round at
-//! chosen times or run in the background by the engine.
+//! Forwarding in the tests: an app whose configuration declares
+//! destinations (test receivers), events delivered to it as a provider
+//! would, and each destination's queue driven round by round at chosen
+//! times, or run in the background by the engine as in `serve`.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::value::RawValue;
 use sqlx::PgPool;
-use webhook_inbox::destinations::{Declaration, DestinationQueue, Forwarding, enqueue, state};
-use webhook_inbox::event::Event;
+use webhook_inbox::destinations::{Declaration, DestinationQueue, Forwarding, state};
 use webhook_inbox::monitoring::Metrics;
 use webhook_inbox::queue::{self, Engine, Round};
+
+use super::app::{Answer, TestApp, TestConfig};
+use super::signing::{Delivery, PADDLE_SECRETS, now, paddle_signature};
 
 /// The destination's signing secret (24 random bytes, as Svix issues them).
 pub const SECRET: &str = "whsec_9hBNmFv3dVdZbK2sUmbJmS7k3dkqQDhW";
@@ -18,57 +20,59 @@ pub const SECRET: &str = "whsec_9hBNmFv3dVdZbK2sUmbJmS7k3dkqQDhW";
 /// An older secret still declared during a rotation.
 pub const OLD_SECRET: &str = "whsec_YTEyYjM0YzU2ZDc4ZTkwZjEyMzQ1Njc4";
 
-/// A declaration of one destination, `app`, sending every Paddle and Clerk
-/// event to `url`, signed with [`SECRET`], with `extra` TOML lines.
-pub fn declaration(url: &str, extra: &str) -> Declaration {
-    declare(&format!(
-        "[[destinations]]\nname = \"app\"\nurl = \"{url}\"\nsecret = \"{SECRET}\"\nevents = [\"paddle:*\", \"clerk:*\"]\n{extra}\n"
-    ))
-}
-
-/// A declaration from TOML text.
-pub fn declare(toml: &str) -> Declaration {
-    Declaration::parse(toml, "test.toml", |_| None).unwrap()
-}
-
-/// A Paddle-style body about entity `entity`, number `seq` of its events,
-/// written with spacing and escapes that `jsonb` would normalise away.
-pub fn body(event_id: &str, entity: &str, seq: usize) -> String {
+/// The declaration of one destination, `app`, wanting every Paddle and
+/// Clerk event, at `url`, signed with [`SECRET`], with `extra` TOML lines.
+pub fn destination(url: &str, extra: &str) -> String {
     format!(
-        "{{\"event_id\": \"{event_id}\",  \"event_type\":\"subscription.updated\",\n \"data\": {{\"id\":\"{entity}\", \"seq\": {seq}, \"note\": \"caf\\u00e9\"}} }}"
+        "[[destinations]]\nname = \"app\"\nurl = \"{url}\"\nsecret = \"{SECRET}\"\nevents = [\"paddle:*\", \"clerk:*\"]\n{extra}\n"
     )
 }
 
-/// Inserts the jobs of a Paddle `subscription.updated` event whose raw
-/// body is `body`, in a transaction, as the intake does; returns how many.
-pub async fn enqueue_event(pool: &PgPool, declaration: &Declaration, event_id: &str, body: &str) -> u64 {
-    #[derive(serde::Deserialize)]
-    struct Envelope<'a> {
-        #[serde(borrow)]
-        data: Option<&'a RawValue>,
-    }
-    let envelope: Envelope<'_> = serde_json::from_str(body).unwrap();
-    let event = Event {
-        id: event_id.into(),
-        event_type: "subscription.updated".into(),
-        occurred_at: Some("2024-04-01T10:00:00Z".parse().unwrap()),
-        notification_id: None,
-        data: envelope.data.map(ToOwned::to_owned),
-    };
-    let jobs = declaration.jobs_for("paddle", &event, body.as_bytes());
-    let mut tx = pool.begin().await.unwrap();
-    let inserted = enqueue(&mut tx, &jobs).await.unwrap();
-    tx.commit().await.unwrap();
-    inserted
+/// An app whose deliveries write jobs for the destinations `toml` declares,
+/// which nothing sends until a test drives their queues ([`round`]).
+pub async fn forwarding_app(toml: String) -> TestApp {
+    TestApp::spawn_with(TestConfig {
+        destinations: Some(toml),
+        send_forwards: false,
+        ..TestConfig::default()
+    })
+    .await
 }
 
-/// Writes the declaration's state rows, as `serve` does at startup.
-pub async fn declare_state(pool: &PgPool, declaration: &Declaration) {
-    state::declare(pool, declaration).await.unwrap();
+/// An app that also sends its jobs in the background, as `serve` does.
+pub async fn sending_app(toml: String) -> TestApp {
+    TestApp::spawn_with(TestConfig { destinations: Some(toml), ..TestConfig::default() }).await
+}
+
+/// A Paddle `customer.updated` body (no side effects) about entity `entity`,
+/// number `seq` of its events, written with spacing and escapes that
+/// `jsonb` would normalise away.
+pub fn body(event_id: &str, entity: &str, seq: usize) -> String {
+    format!(
+        "{{\"event_id\": \"{event_id}\",  \"event_type\":\"customer.updated\", \"occurred_at\": \"2024-04-01T10:00:00Z\",\n \"data\": {{\"id\":\"{entity}\", \"seq\": {seq}, \"note\": \"caf\\u00e9\"}} }}"
+    )
+}
+
+/// A signed Paddle delivery of exactly `body`.
+pub fn paddle_raw(body: &str) -> Delivery {
+    Delivery {
+        path: "/billing/webhook".into(),
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("paddle-signature".into(), paddle_signature(PADDLE_SECRETS[0], now(), body.as_bytes())),
+        ],
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+/// Delivers event `event_id` (number `seq` of `entity`) to `app`, as Paddle would.
+pub async fn deliver(app: &TestApp, event_id: &str, entity: &str, seq: usize) -> Answer {
+    app.send(&paddle_raw(&body(event_id, entity, seq))).await
 }
 
 /// Destination `name`'s queue, to drive round by round.
-pub fn queue(declaration: &Declaration, name: &str) -> DestinationQueue {
+pub fn queue(app: &TestApp, name: &str) -> DestinationQueue {
+    let declaration = &app.state.forwarding.declaration;
     DestinationQueue::new(declaration.get(name).unwrap().clone(), webhook_inbox::client::build(), None)
 }
 
@@ -77,13 +81,17 @@ pub async fn round(pool: &PgPool, queue: &DestinationQueue, now: DateTime<Utc>) 
     queue::deliver_due(pool, queue, now).await.unwrap()
 }
 
-/// The engine running every destination of `declaration` in the background,
-/// looking for due jobs every 20 ms.
-pub async fn run(pool: &PgPool, declaration: Declaration) -> (Engine, Forwarding) {
-    declare_state(pool, &declaration).await;
+/// Another replica's engine on `pool` sending to every destination of
+/// `declaration`, looking for due jobs every 20 ms.
+pub async fn run(pool: &PgPool, declaration: &Declaration) -> (Engine, Forwarding) {
+    state::declare(pool, declaration).await.unwrap();
     let mut engine = Engine::new(pool.clone(), Duration::from_millis(20));
-    let forwarding =
-        Forwarding::start(declaration, webhook_inbox::client::build(), &mut engine, &Metrics::new(&[]));
+    let forwarding = Forwarding::start(
+        declaration.clone(),
+        webhook_inbox::client::build(),
+        &mut engine,
+        &Metrics::new(&[]),
+    );
     (engine, forwarding)
 }
 
