@@ -2,8 +2,6 @@
 //! balancer gives up, while the delivery's transaction is running. The work
 //! commits or rolls back as a whole all the same, and the retry is idempotent.
 
-use std::time::Duration;
-
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -11,7 +9,7 @@ use tokio::net::TcpStream;
 use crate::support::provider::attempt;
 use crate::support::service::database_url;
 use crate::support::socket::request_bytes;
-use crate::support::watch::{Gate, quiet_service_sessions, service_sessions, until_waiting_on};
+use crate::support::watch::{Gate, quiet_service_sessions, service_sessions, until, until_waiting_on};
 use crate::support::*;
 
 /// How a client leaves without reading the answer.
@@ -65,9 +63,7 @@ async fn deliveries_whose_client_vanished_still_commit_or_roll_back_whole_and_th
         leave.leave(stream).await;
     }
     gate.open().await;
-    while archive_rows(&db).await < events.len() as i64 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until("every delivery archived", async || archive_rows(&db).await >= events.len() as i64).await;
 
     // Committed whole: the two accepted events are applied; the two refused
     // ones left a FAILED row and nothing else (their subscription upserts,
@@ -104,10 +100,15 @@ async fn deliveries_whose_client_vanished_still_commit_or_roll_back_whole_and_th
         events: events.len(),
         deliveries: 2 * events.len(),
         ledger: Some(&ledger),
-        notes:
-            "4 clients left (2 FIN, 2 RST) while their transaction was in its handler: 2 committed whole, \
-                2 handlers failed and rolled back whole (FAILED row only); every retry answered correctly"
-                .into(),
+        notes: format!(
+            "{} clients left ({} FIN, {} RST) while their transaction was in its handler: {} committed whole, \
+             {} handlers failed and rolled back whole (FAILED row only); every retry answered correctly",
+            leaves.len(),
+            leaves.iter().filter(|leave| matches!(leave, Leave::Close)).count(),
+            leaves.iter().filter(|leave| matches!(leave, Leave::Reset)).count(),
+            applied.applied_once,
+            failed.len(),
+        ),
     }
     .print();
     ledger.assert_exactly_once();
@@ -128,15 +129,11 @@ async fn a_client_that_vanishes_mid_body_leaves_nothing_and_never_reaches_the_da
     }
     // Once the service has finished with both, it had run no statement for
     // them, nor opened a connection.
-    while service
-        .logs()
-        .iter()
-        .filter(|line| line.contains(r#""message":"finished processing request""#))
-        .count()
-        < 2
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until("both requests finished", async || {
+        let finished = r#""message":"finished processing request""#;
+        service.logs().iter().filter(|line| line.contains(finished)).count() >= 2
+    })
+    .await;
     assert_eq!(service_sessions(db.pool()).await, before);
     assert_eq!(archive_rows(&db).await, 0);
 

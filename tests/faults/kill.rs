@@ -1,14 +1,27 @@
-//! kill -9 under load: the service dies mid-transaction, mid-answer and
-//! mid-read, and nothing acknowledged is lost, nothing is applied twice.
+//! kill -9 under load: the service dies with deliveries provably inside
+//! their transactions, others mid-answer and mid-read, and nothing
+//! acknowledged is lost, nothing is applied twice; what committed without
+//! being acknowledged is answered as a duplicate when the provider retries.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::support::provider::{in_parallel, shuffle};
+use crate::support::provider::{in_parallel, shuffle, spawn_attempt};
 use crate::support::service::database_url;
+use crate::support::watch::{
+    Gate, install_gate_after_insert, until, until_no_service_session, waiting_at_gate,
+};
 use crate::support::*;
+
+/// The gate of first deliveries of events with side effects, held inside the
+/// handler's transaction (its record statement done, its effects to come).
+const IN_TRANSACTION: i64 = 1;
+/// The gate of first deliveries of events without side effects, held inside
+/// their one autocommitted statement, which commits once it passes even if
+/// the service is gone by then.
+const IN_STATEMENT: i64 = 2;
 
 /// What the clients of the load saw.
 #[derive(Default)]
@@ -17,10 +30,27 @@ struct LoadRun {
     /// Requests answered 2xx.
     answered: AtomicUsize,
     /// Events answered 2xx at least once.
-    acked: Mutex<HashSet<usize>>,
+    acked: Mutex<HashSet<String>>,
     killed_at: OnceLock<Instant>,
     /// Requests in flight when the process died, which got no answer.
     cut_off: AtomicUsize,
+    /// Requests made after it died, which got no answer either.
+    after_kill: AtomicUsize,
+}
+
+impl LoadRun {
+    /// Sends `event` once and notes what came of it.
+    async fn send(&self, addr: std::net::SocketAddr, event: &Event) {
+        let attempt = self.provider.attempt(addr, &event.delivery).await;
+        if attempt.succeeded() {
+            self.acked.lock().unwrap().insert(event.id.clone());
+            self.answered.fetch_add(1, Ordering::SeqCst);
+        } else if self.killed_at.get().is_none_or(|killed| attempt.started < *killed) {
+            self.cut_off.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.after_kill.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,7 +59,18 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
     let url = database_url(&db.connect_options());
     let mut service = Service::start(&url, &[]).await;
     let addr = service.addr;
-    let events = Arc::new(Event::mixed("kill", 240));
+    // 240 events for the load, and one of each kind sent once the gates are shut.
+    let mut events = Event::mixed("kill", 242);
+    let late = events.split_off(240);
+    let events = Arc::new(events);
+    install_gate_after_insert(
+        db.pool(),
+        "processed_webhook_events",
+        &format!(
+            "CASE NEW.event_type WHEN 'subscription.created' THEN {IN_TRANSACTION} ELSE {IN_STATEMENT} END"
+        ),
+    )
+    .await;
 
     // Every event twice (the provider's replay), shuffled: some replays race
     // their first delivery, some come long after it.
@@ -41,41 +82,64 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
         let (run, events) = (run.clone(), events.clone());
         in_parallel(load, 8, move |_, event| {
             let (run, events) = (run.clone(), events.clone());
-            async move {
-                let attempt = run.provider.attempt(addr, &events[event].delivery).await;
-                if attempt.succeeded() {
-                    run.acked.lock().unwrap().insert(event);
-                    run.answered.fetch_add(1, Ordering::SeqCst);
-                } else if run.killed_at.get().is_none_or(|killed| attempt.started < *killed) {
-                    // In flight when the process died.
-                    run.cut_off.fetch_add(1, Ordering::SeqCst);
-                }
-            }
+            async move { run.send(addr, &events[event]).await }
         })
     });
 
-    // SIGKILL once half the requests are answered, with the rest in flight.
-    while run.answered.load(Ordering::SeqCst) < requests / 2 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    // Half way through, both gates shut: the first deliveries then in flight
+    // stop at them, inside their transactions. The late events make sure
+    // each kind is held, whichever the load's clients were sending.
+    until("half the load answered", async || run.answered.load(Ordering::SeqCst) >= requests / 2).await;
+    let gates = [Gate::close(db.pool(), IN_TRANSACTION).await, Gate::close(db.pool(), IN_STATEMENT).await];
+    let late_attempts: Vec<_> = late.iter().map(|event| spawn_attempt(addr, &event.delivery)).collect();
+    until("a first delivery of each kind held at its gate", async || {
+        waiting_at_gate(db.pool(), IN_TRANSACTION).await >= 1
+            && waiting_at_gate(db.pool(), IN_STATEMENT).await >= 1
+    })
+    .await;
+    let held_in_transaction = waiting_at_gate(db.pool(), IN_TRANSACTION).await;
+    let held_in_statement = waiting_at_gate(db.pool(), IN_STATEMENT).await;
+
     run.killed_at.set(Instant::now()).unwrap();
     service.kill();
+    // The sessions outlive the process while they wait: let them finish.
+    // The autocommitted statements commit; the transactions find their
+    // client gone and roll back.
+    for gate in gates {
+        gate.open().await;
+    }
     load.await.unwrap();
-    watch::until_no_service_session(db.pool()).await;
+    for attempt in late_attempts {
+        assert!(attempt.await.unwrap().answer.is_none(), "a late delivery was answered by a dead process");
+    }
+    until_no_service_session(db.pool()).await;
 
     // Acknowledged means durable: every event answered 2xx before the kill
     // has its dedup row, its PROCESSED row and its effect.
-    let acked: HashSet<usize> = run.acked.lock().unwrap().clone();
-    let acked_events: Vec<Event> = acked.iter().map(|&i| events[i].clone()).collect();
+    let all: Vec<Event> = events.iter().chain(&late).cloned().collect();
+    let acked: HashSet<String> = run.acked.lock().unwrap().clone();
+    let acked_events: Vec<Event> = all.iter().filter(|e| acked.contains(&e.id)).cloned().collect();
     Ledger::count(db.pool(), &acked_events).await.assert_exactly_once();
-    let committed: HashSet<String> = Ledger::committed(db.pool(), events.iter()).await.into_iter().collect();
+    // Committed but never acknowledged: at least every statement held at
+    // its gate when the process died (each had inserted a new dedup row).
+    let committed: HashSet<String> = Ledger::committed(db.pool(), all.iter()).await.into_iter().collect();
+    let unacknowledged = committed.difference(&acked).count();
+    assert!(
+        unacknowledged as i64 >= held_in_statement,
+        "{held_in_statement} statements were held at the kill, {unacknowledged} events committed unacknowledged"
+    );
+    // The held transactions rolled back: none of the kind held in a
+    // transaction beyond those acknowledged is half there.
+    Ledger::count(db.pool(), &all.iter().filter(|e| committed.contains(&e.id)).cloned().collect::<Vec<_>>())
+        .await
+        .assert_exactly_once();
 
     // Restarted, the provider redelivers every event until it gets a 2xx:
     // the ones committed before the kill (acknowledged or not) are answered
     // as duplicates, the others are applied now.
     let restarted = Service::start(&url, &[]).await;
     let redelivered = Arc::new(Mutex::new(Vec::new()));
-    in_parallel(events.to_vec(), 8, {
+    in_parallel(all.clone(), 8, {
         let (run, redelivered) = (run.clone(), redelivered.clone());
         move |_, event: Event| {
             let (run, redelivered) = (run.clone(), redelivered.clone());
@@ -98,20 +162,23 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
         );
     }
 
-    let ledger = Ledger::count(db.pool(), &events).await;
+    let ledger = Ledger::count(db.pool(), &all).await;
     Report {
         fault: "kill -9 under load",
-        events: events.len(),
-        deliveries: run.provider.sent(),
+        events: all.len(),
+        deliveries: run.provider.sent() + late.len(),
         ledger: Some(&ledger),
         notes: format!(
-            "{requests} requests (every event twice) by 8 clients, SIGKILL after {} answers; {} were in flight and got no answer, the rest were refused; \
-             acknowledged before the kill: {} events, all durable; committed but unacknowledged: {}; \
-             then every event redelivered until 2xx",
+            "{requests} requests (every event twice) by 8 clients; once {} were answered, first deliveries were held \
+             at a gate: SIGKILL came with {held_in_transaction} held inside a handler's transaction and \
+             {held_in_statement} inside an autocommitted statement; {} requests in flight got no answer, {} made \
+             after the kill got none either; acknowledged before the kill: {} events, all durable; committed but \
+             unacknowledged: {unacknowledged}; then every event redelivered until 2xx, answered idempotent exactly \
+             for the committed ones",
             requests / 2,
-            run.cut_off.load(Ordering::SeqCst),
+            run.cut_off.load(Ordering::SeqCst) + late.len(),
+            run.after_kill.load(Ordering::SeqCst),
             acked.len(),
-            committed.len() - acked.len(),
         ),
     }
     .print();

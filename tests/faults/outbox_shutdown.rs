@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::provider::{attempt, spawn_attempt};
 use crate::support::service::database_url;
-use crate::support::watch::{Gate, until_waiting_on, waiting_on};
+use crate::support::watch::{Gate, until, until_waiting_on, waiting_on};
 use crate::support::*;
 
 /// What a process may take past its grace period to exit.
@@ -34,14 +34,8 @@ async fn the_email(db: &TestDatabase) -> (String, i32, bool) {
 
 /// Polls until the outbox's only row is marked sent.
 async fn until_sent(db: &TestDatabase) -> (String, i32, bool) {
-    for _ in 0..1000 {
-        let email = the_email(db).await;
-        if email.0 == "sent" {
-            return email;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the email was never marked sent: {:?}", the_email(db).await);
+    until("the email marked sent", async || the_email(db).await.0 == "sent").await;
+    the_email(db).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,7 +46,8 @@ async fn sigterm_during_a_send_to_a_hanging_smtp_server_exits_within_the_grace_p
     let smtp = SmtpServer::start().await;
     let smtp_url = smtp.url();
     let grace = Duration::from_secs(2);
-    let env = env(&smtp_url, "2");
+    let grace_secs = grace.as_secs().to_string();
+    let env = env(&smtp_url, &grace_secs);
     smtp.stall(true);
     let mut service = Service::start(&url, &env).await;
     let created = attempt(service.addr, &clerk("msg_stalled", &user_created("user_stalled"))).await;
@@ -93,7 +88,7 @@ async fn sigterm_during_a_send_to_a_hanging_smtp_server_exits_within_the_grace_p
         deliveries: 1,
         ledger: None,
         notes: format!(
-            "SHUTDOWN_GRACE_SECS=2, SMTP_TIMEOUT_SECS=30, the SMTP server never greets: exited {}ms after \
+            "SHUTDOWN_GRACE_SECS={grace_secs}, SMTP_TIMEOUT_SECS at its default, the SMTP server never greets: exited {}ms after \
              SIGTERM, exit code {}; the claim stayed leased, and once it expired the next process sent the \
              email once",
             exited_after.as_millis(),

@@ -111,7 +111,7 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
     .fetch_all(db.pool())
     .await
     .unwrap();
-    assert_eq!(failed.len(), 10);
+    assert_eq!(failed.len(), panicking.len());
     for ((event_id, error), id) in failed.iter().zip(&panicking) {
         assert_eq!(event_id, id);
         assert!(error.starts_with("handler panicked: index out of bounds"), "{error}");
@@ -136,16 +136,23 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
     assert_eq!(attempt(addr, &retry).await.answer.unwrap().status, 500);
 
     let ledger = Ledger::count(db.pool(), &[good.clone(), vec![later]].concat()).await;
+    // The events: the panicking ones, the good ones and `later`; the
+    // requests: one for each, and the retry.
+    let events = panicking.len() + good.len() + 1;
     Report {
         fault: "panicking handler",
-        events: 21,
-        deliveries: 22,
+        events,
+        deliveries: events + 1,
         ledger: Some(&ledger),
-        notes:
-            "10 deliveries whose handler writes then panics, fired with 10 good ones: the 10 answered 500, \
-                archived FAILED (\"handler panicked: ...\"), their writes rolled back; the 11 good events \
-                applied once; the process kept serving"
-                .into(),
+        notes: format!(
+            "{} deliveries whose handler writes then panics, fired with {} good ones: the {} answered 500, \
+             archived FAILED (\"handler panicked: ...\"), their writes rolled back; the {} good events \
+             applied once; the process kept serving",
+            panicking.len(),
+            good.len(),
+            failed.len(),
+            ledger.applied_once
+        ),
     }
     .print();
     ledger.assert_exactly_once();

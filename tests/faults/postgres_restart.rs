@@ -8,7 +8,11 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::support::provider::{Attempt, in_parallel};
+use crate::support::watch::until;
 use crate::support::*;
+
+/// How long PostgreSQL stays down.
+const DOWN: Duration = Duration::from_millis(1500);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_postgresql_is_down_every_answer_is_503_and_after_it_returns_each_event_is_applied_once() {
@@ -31,13 +35,12 @@ async fn while_postgresql_is_down_every_answer_is_503_and_after_it_returns_each_
         }
     }));
 
-    // PostgreSQL goes away a third of the way in, for a second and a half.
-    while attempts.lock().unwrap().len() < events.len() / 3 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // PostgreSQL goes away a third of the way in, for a while.
+    until("a third of the events delivered", async || attempts.lock().unwrap().len() >= events.len() / 3)
+        .await;
     cluster.stop().await;
     let down_from = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(DOWN).await;
     let down_until = Instant::now();
     cluster.restart().await;
     load.await.unwrap();
@@ -68,7 +71,7 @@ async fn while_postgresql_is_down_every_answer_is_503_and_after_it_returns_each_
         deliveries: provider.sent(),
         ledger: Some(&ledger),
         notes: format!(
-            "fast shutdown of PostgreSQL a third of the way in, down 1.5 s: {} requests made while it was down, \
+            "fast shutdown of PostgreSQL a third of the way in, down {DOWN:?}: {} requests made while it was down, \
              all 503 + Retry-After, no 2xx; all non-2xx answers: {refusals:?}; the same service process \
              recovered by itself",
             while_down.len(),

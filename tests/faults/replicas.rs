@@ -4,13 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::Barrier;
 
 use crate::support::provider::in_parallel;
 use crate::support::service::database_url;
+use crate::support::watch::until;
 use crate::support::*;
+
+/// Events in flight at once, each to every replica.
+const AT_A_TIME: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_fired_the_same_events_at_once_with_one_killed_apply_each_event_once() {
@@ -28,7 +31,7 @@ async fn three_replicas_fired_the_same_events_at_once_with_one_killed_apply_each
 
     // Each event goes to the three replicas at once (a barrier releases the
     // three requests together); three events at a time.
-    let load = tokio::spawn(in_parallel(events.clone(), 3, {
+    let load = tokio::spawn(in_parallel(events.clone(), AT_A_TIME, {
         let (provider, done, answers, addrs) =
             (provider.clone(), done.clone(), answers.clone(), addrs.clone());
         move |_, event: Event| {
@@ -62,26 +65,27 @@ async fn three_replicas_fired_the_same_events_at_once_with_one_killed_apply_each
         }
     }));
 
-    while done.load(Ordering::SeqCst) < events.len() / 2 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    replicas[1].kill();
+    until("half the events sent", async || done.load(Ordering::SeqCst) >= events.len() / 2).await;
+    let killed = 1;
+    replicas[killed].kill();
     load.await.unwrap();
 
     // The provider redelivers every event until a 2xx, to the survivors.
-    let survivors = [addrs[0], addrs[2]];
+    let survivors: Vec<_> = addrs.iter().enumerate().filter(|(n, _)| *n != killed).map(|(_, a)| *a).collect();
     provider.redeliver_all(&survivors, &events, 4).await;
 
     let ledger = Ledger::count(db.pool(), &events).await;
     let answers = answers.lock().unwrap().clone();
     Report {
-        fault: "3 replicas, same events at once, one killed",
+        fault: "replicas, same events at once, one killed",
         events: events.len(),
         deliveries: provider.sent(),
         ledger: Some(&ledger),
         notes: format!(
-            "each event sent to the 3 replicas at the same moment, 3 events at a time; replica 2 SIGKILLed \
-             half way; answers: {answers:?}; then every event redelivered to the survivors until 2xx"
+            "each event sent to the {} replicas at the same moment, {AT_A_TIME} events at a time; replica {} \
+             SIGKILLed half way; answers: {answers:?}; then every event redelivered to the survivors until 2xx",
+            addrs.len(),
+            killed + 1
         ),
     }
     .print();

@@ -55,11 +55,11 @@ async fn sigterm_answers_the_deliveries_in_flight_refuses_new_connections_and_ex
     let ledger = Ledger::count(db.pool(), std::slice::from_ref(&event)).await;
     Report {
         fault: "SIGTERM mid-delivery",
-        events: 1,
+        events: ledger.events,
         deliveries: 2,
         ledger: Some(&ledger),
         notes: format!(
-            "2 deliveries in flight (one in its handler, one waiting behind it): both answered 200 after SIGTERM; \
+            "a first delivery in its handler and a duplicate waiting behind it: both answered 200 after SIGTERM; \
              new connections refused {}ms after SIGTERM; exited {}ms after the handler was released, status 0",
             refused_after.as_millis(),
             drained_in.as_millis()
@@ -70,11 +70,13 @@ async fn sigterm_answers_the_deliveries_in_flight_refuses_new_connections_and_ex
     assert_eq!(ledger.skipped, 1);
 }
 
+const GRACE_SECS: &str = "1";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_stuck_past_the_grace_period_is_abandoned_uncommitted_and_the_retry_applies_it() {
     let db = TestDatabase::create().await;
     let url = database_url(&db.connect_options());
-    let mut service = Service::start(&url, &[("SHUTDOWN_GRACE_SECS", "1")]).await;
+    let mut service = Service::start(&url, &[("SHUTDOWN_GRACE_SECS", GRACE_SECS)]).await;
     let event = Event::mixed("grace", 1).remove(0);
 
     let gate = Gate::shut(db.pool(), "credit_grants", 2).await;
@@ -85,7 +87,10 @@ async fn a_delivery_stuck_past_the_grace_period_is_abandoned_uncommitted_and_the
     service.terminate();
     let status = service.exited_within(Duration::from_secs(10)).await.expect("exits after the grace period");
     let exited_after = terminated.elapsed();
-    assert!(exited_after < Duration::from_secs(3), "exited {exited_after:?} after SIGTERM, grace 1 s");
+    assert!(
+        exited_after < Duration::from_secs(3),
+        "exited {exited_after:?} after SIGTERM, grace {GRACE_SECS} s"
+    );
     assert!(!status.success(), "a delivery was abandoned, yet the exit status is {status}");
     let stuck = stuck.await.unwrap();
     assert!(!stuck.succeeded(), "never a 2xx for what did not commit: {:?}", stuck.answer);
@@ -101,11 +106,11 @@ async fn a_delivery_stuck_past_the_grace_period_is_abandoned_uncommitted_and_the
     let ledger = Ledger::count(db.pool(), std::slice::from_ref(&event)).await;
     Report {
         fault: "SIGTERM with a delivery stuck past the grace period",
-        events: 1,
+        events: ledger.events,
         deliveries: 2,
         ledger: Some(&ledger),
         notes: format!(
-            "SHUTDOWN_GRACE_SECS=1, handler held indefinitely: exited {}ms after SIGTERM (exit code {}), \
+            "SHUTDOWN_GRACE_SECS={GRACE_SECS}, handler held indefinitely: exited {}ms after SIGTERM (exit code {}), \
              no 2xx, nothing committed; the provider's retry applied it once",
             exited_after.as_millis(),
             status.code().map_or("none (signal)".into(), |code| code.to_string())

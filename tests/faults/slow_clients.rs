@@ -82,10 +82,10 @@ async fn slow_client(
 
 /// Twenty slow clients, five of each kind, started together; returns them
 /// once each has sent what it sends at once.
-async fn twenty_slow_clients(service: &Service, delivery: &Delivery) -> Vec<tokio::task::JoinHandle<CutOff>> {
+async fn slow_clients(service: &Service, delivery: &Delivery) -> Vec<tokio::task::JoinHandle<CutOff>> {
     let kinds = [Slow::Silent, Slow::Headers, Slow::Body, Slow::IdleKeepAlive];
-    let ready = Arc::new(Barrier::new(21));
-    let clients = (0..20)
+    let ready = Arc::new(Barrier::new(SLOW_CLIENTS + 1));
+    let clients = (0..SLOW_CLIENTS)
         .map(|n| {
             tokio::spawn(slow_client(service.addr, kinds[n % kinds.len()], delivery.clone(), ready.clone()))
         })
@@ -94,19 +94,30 @@ async fn twenty_slow_clients(service: &Service, delivery: &Delivery) -> Vec<toki
     clients
 }
 
+/// `REQUEST_READ_TIMEOUT_SECS`.
+const READ_TIMEOUT: Duration = Duration::from_secs(1);
+/// The smallest pool the service accepts (`DB_MAX_CONNECTIONS`).
+const POOL: &str = "6";
+/// Slow clients connected at once, of every kind.
+const SLOW_CLIENTS: usize = 20;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_are_cut_off_at_the_read_timeout_without_reaching_the_database() {
     let db = TestDatabase::create().await;
     let service = Service::start(
         &database_url(&db.connect_options()),
-        &[("REQUEST_READ_TIMEOUT_SECS", "1"), ("DB_MAX_CONNECTIONS", "6"), ("DB_ACQUIRE_TIMEOUT_MS", "300")],
+        &[
+            ("REQUEST_READ_TIMEOUT_SECS", &READ_TIMEOUT.as_secs().to_string()),
+            ("DB_MAX_CONNECTIONS", POOL),
+            ("DB_ACQUIRE_TIMEOUT_MS", "300"),
+        ],
     )
     .await;
     let before = quiet_service_sessions(db.pool()).await;
 
-    // Twenty slow clients at once, five of each kind.
+    // Slow clients at once, as many of each kind.
     let event = Event::mixed("slow", 2);
-    let clients = twenty_slow_clients(&service, &event[0].delivery).await;
+    let clients = slow_clients(&service, &event[0].delivery).await;
     let mut slowest = Duration::ZERO;
     for client in clients {
         let cut = client.await.unwrap();
@@ -116,7 +127,7 @@ async fn slow_clients_are_cut_off_at_the_read_timeout_without_reaching_the_datab
             Slow::IdleKeepAlive => Some(200),
         };
         assert_eq!(cut.status, expected, "{cut:?}");
-        assert!(cut.after >= Duration::from_secs(1) && cut.after < Duration::from_millis(2500), "{cut:?}");
+        assert!(cut.after >= READ_TIMEOUT && cut.after < READ_TIMEOUT * 5 / 2, "{cut:?}");
         slowest = slowest.max(cut.after);
     }
     // None of them made the service run a statement or open a connection,
@@ -128,9 +139,9 @@ async fn slow_clients_are_cut_off_at_the_read_timeout_without_reaching_the_datab
     assert_eq!(answer.status, 200);
     assert_ne!(service_sessions(db.pool()).await, before);
 
-    // Nor do they hold a pooled connection: with a pool of two, and twenty
+    // Nor do they hold a pooled connection: with the smallest pool, and the
     // slow clients connected, a delivery is served at once.
-    let clients = twenty_slow_clients(&service, &event[1].delivery).await;
+    let clients = slow_clients(&service, &event[1].delivery).await;
     let served = attempt(service.addr, &event[1].delivery).await;
     assert_eq!(served.answer.as_ref().map(|a| a.status), Some(200), "{served:?}");
     for client in clients {
@@ -139,14 +150,17 @@ async fn slow_clients_are_cut_off_at_the_read_timeout_without_reaching_the_datab
 
     Report {
         fault: "slow clients (slowloris)",
-        events: 2,
-        deliveries: 42,
+        events: event.len(),
+        // Each slow client twice, and the two deliveries served.
+        deliveries: 2 * SLOW_CLIENTS + 2,
         ledger: None,
         notes: format!(
-            "REQUEST_READ_TIMEOUT_SECS=1; 20 concurrent clients (silent, trickling headers, trickling a \
-             signed body, idle keep-alive): all disconnected after 1.0 s (slowest {} ms), the body trickler \
-             answered 408; pg_stat_activity showed no statement and no new session for any of them; \
-             with the smallest pool (6 connections: 2 recorders, 1 worker for deliveries with side effects, 3 for the rest) and 20 slow clients connected, a delivery was served at once",
+            "REQUEST_READ_TIMEOUT_SECS={}; {SLOW_CLIENTS} concurrent clients (silent, trickling headers, \
+             trickling a signed body, idle keep-alive): all disconnected after the timeout (slowest {} ms), the \
+             body trickler answered 408; pg_stat_activity showed no statement and no new session for any of \
+             them; with the smallest pool (DB_MAX_CONNECTIONS={POOL}) and {SLOW_CLIENTS} slow clients connected, \
+             a delivery was served at once",
+            READ_TIMEOUT.as_secs(),
             slowest.as_millis()
         ),
     }

@@ -9,10 +9,15 @@ use crate::support::service::database_url;
 use crate::support::watch::{Gate, until_waiting_on};
 use crate::support::*;
 
+const LOCK_TIMEOUT_MS: &str = "300";
+/// Duplicates sent while the first attempt is held.
+const DUPLICATES: usize = 5;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_waiting_behind_a_slow_first_attempt_answer_503_past_the_lock_timeout_and_apply_nothing() {
     let db = TestDatabase::create().await;
-    let service = Service::start(&database_url(&db.connect_options()), &[("LOCK_TIMEOUT_MS", "300")]).await;
+    let service =
+        Service::start(&database_url(&db.connect_options()), &[("LOCK_TIMEOUT_MS", LOCK_TIMEOUT_MS)]).await;
     let event = Event::mixed("slow", 1).remove(0);
 
     // The first attempt stays in its handler until the gate opens.
@@ -20,7 +25,7 @@ async fn duplicates_waiting_behind_a_slow_first_attempt_answer_503_past_the_lock
     let first = spawn_attempt(service.addr, &event.delivery);
     until_waiting_on(db.pool(), "advisory", 1).await;
 
-    let duplicates: Vec<_> = (0..5).map(|_| spawn_attempt(service.addr, &event.delivery)).collect();
+    let duplicates: Vec<_> = (0..DUPLICATES).map(|_| spawn_attempt(service.addr, &event.delivery)).collect();
     let mut waited = Vec::new();
     for duplicate in duplicates {
         let duplicate = duplicate.await.unwrap();
@@ -39,7 +44,7 @@ async fn duplicates_waiting_behind_a_slow_first_attempt_answer_503_past_the_lock
     let first = first.await.unwrap().answer.unwrap();
     assert_eq!((first.status, first.body), (200, json!({ "event_id": event.id, "status": "processed" })));
     // The provider retries the duplicates later: each is told it is one.
-    for _ in 0..5 {
+    for _ in 0..DUPLICATES {
         let retry = attempt(service.addr, &event.delivery).await.answer.unwrap();
         assert_eq!((retry.status, retry.body), (200, json!({ "event_id": event.id, "idempotent": true })));
     }
@@ -47,16 +52,17 @@ async fn duplicates_waiting_behind_a_slow_first_attempt_answer_503_past_the_lock
     let ledger = Ledger::count(db.pool(), std::slice::from_ref(&event)).await;
     Report {
         fault: "slow handler, duplicates waiting past LOCK_TIMEOUT_MS",
-        events: 1,
-        deliveries: 11,
+        events: ledger.events,
+        // The first attempt, the duplicates and their retries.
+        deliveries: 1 + 2 * DUPLICATES,
         ledger: Some(&ledger),
         notes: format!(
-            "first attempt held in its handler; 5 concurrent duplicates answered 503 + Retry-After after \
-             {waited:?} ms (LOCK_TIMEOUT_MS=300) while it ran; it then committed (200), and the 5 retries \
-             answered idempotent"
+            "first attempt held in its handler; {DUPLICATES} concurrent duplicates answered 503 + Retry-After \
+             after {waited:?} ms (LOCK_TIMEOUT_MS={LOCK_TIMEOUT_MS}) while it ran; it then committed (200), and \
+             the {DUPLICATES} retries answered idempotent"
         ),
     }
     .print();
     ledger.assert_exactly_once();
-    assert_eq!(ledger.skipped, 5);
+    assert_eq!(ledger.skipped, DUPLICATES as i64);
 }
