@@ -1,6 +1,7 @@
-//! Property tests of the verifiers and parsers, on generated input: signing
-//! then verifying passes, any single-byte change fails, and nothing panics
-//! on arbitrary headers or bodies. (Coverage-guided fuzzing of the same
+//! Property tests of every built-in verifier and parser, and a Standard
+//! Webhooks sender's, on generated input: signing then verifying passes,
+//! any single-byte change fails, and nothing panics on arbitrary headers or
+//! bodies. (Coverage-guided fuzzing of the same
 //! entry points: `fuzz/`.)
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -11,8 +12,11 @@ use secrecy::SecretString;
 use serde_json::{Map, Value};
 
 use super::clerk::Clerk;
+use super::github::GitHub;
 use super::paddle::Paddle;
 use super::signature::{SignatureError, hmac_sha256};
+use super::standard_sender::StandardWebhooksSender;
+use super::stripe::Stripe;
 use super::{BUILT_IN, Provider, Verified, standard_sender};
 use crate::event::json::check_unique_keys;
 use crate::event::{EventError, Payload};
@@ -176,5 +180,126 @@ proptest! {
         let escaped: String = key.encode_utf16().map(|unit| format!("\\u{unit:04x}")).collect();
         let repeated = format!("{},\"{escaped}\":0}}", &text[..text.len() - 1]);
         prop_assert_eq!(check_unique_keys(&repeated), Err(EventError::DuplicateKey));
+    }
+}
+
+/// HMAC-SHA256 from the `hmac` crate itself, not through the verifiers'
+/// helper, so that signing and verifying do not share code.
+fn independent_hmac(key: &[u8], message: &[u8]) -> Vec<u8> {
+    use hmac::{Hmac, KeyInit, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    mac.update(message);
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn stripe(secret: &str) -> Stripe {
+    Stripe::new(&[SecretString::from(secret)], TOLERANCE).unwrap()
+}
+
+fn github(secret: &str) -> GitHub {
+    GitHub::new(&[SecretString::from(secret)]).unwrap()
+}
+
+fn sender(key: &[u8]) -> StandardWebhooksSender {
+    let secret = SecretString::from(format!("whsec_{}", STANDARD.encode(key)));
+    StandardWebhooksSender::new("acme", &[secret], TOLERANCE).unwrap()
+}
+
+/// The `webhook-*` headers a Standard Webhooks sender sends.
+fn sender_headers(key: &[u8], id: &str, ts: &str, body: &[u8]) -> HeaderMap {
+    let tag = independent_hmac(key, &[id.as_bytes(), b".", ts.as_bytes(), b".", body].concat());
+    let signature = format!("v1,{}", STANDARD.encode(tag));
+    headers(&[("webhook-id", id), ("webhook-timestamp", ts), ("webhook-signature", &signature)])
+}
+
+proptest! {
+    #[test]
+    fn a_stripe_signature_verifies_and_any_changed_byte_fails(
+        secret in "whsec_[A-Za-z0-9]{16,40}",
+        body in prop::collection::vec(any::<u8>(), 1..512),
+        t in 1i64..4_000_000_000,
+        index in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+        drift in 1i64..=TOLERANCE as i64,
+    ) {
+        let verifier = stripe(&secret);
+        let tag = independent_hmac(secret.as_bytes(), &[t.to_string().as_bytes(), b".", &body].concat());
+        let header = format!("t={t},v1={}", hex::encode(tag));
+        let signed = headers(&[("stripe-signature", &header)]);
+        prop_assert_eq!(verified(verifier.verify(&signed, &body, t)), Some(0));
+
+        let mut tampered = body.clone();
+        tampered[index.index(body.len())] ^= flip;
+        prop_assert_eq!(verifier.verify(&signed, &tampered, t).err(), Some(SignatureError::NoMatchingSignature));
+
+        let moved = headers(&[("stripe-signature", &header.replacen(&format!("t={t}"), &format!("t={}", t + drift), 1))]);
+        prop_assert_eq!(verifier.verify(&moved, &body, t).err(), Some(SignatureError::NoMatchingSignature));
+    }
+
+    #[test]
+    fn a_github_signature_verifies_and_any_changed_byte_fails(
+        secret in "[ -~]{16,48}",
+        body in prop::collection::vec(any::<u8>(), 1..512),
+        index in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+        now in any::<i64>(),
+    ) {
+        let verifier = github(&secret);
+        let header = format!("sha256={}", hex::encode(independent_hmac(secret.as_bytes(), &body)));
+        let signed = headers(&[("x-hub-signature-256", &header)]);
+        prop_assert_eq!(verified(verifier.verify(&signed, &body, now)), Some(0));
+
+        let mut tampered = body.clone();
+        tampered[index.index(body.len())] ^= flip;
+        prop_assert_eq!(verifier.verify(&signed, &tampered, now).err(), Some(SignatureError::NoMatchingSignature));
+    }
+
+    #[test]
+    fn a_standard_webhooks_sender_signature_verifies_and_any_changed_byte_fails(
+        key in prop::collection::vec(any::<u8>(), 24..64),
+        id in "msg_[A-Za-z0-9]{1,32}",
+        body in prop::collection::vec(any::<u8>(), 1..512),
+        ts in 1i64..4_000_000_000,
+        index in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+        drift in 1i64..=TOLERANCE as i64,
+    ) {
+        let verifier = sender(&key);
+        let signed = sender_headers(&key, &id, &ts.to_string(), &body);
+        prop_assert_eq!(verified(verifier.verify(&signed, &body, ts)), Some(0));
+
+        let mut tampered = body.clone();
+        tampered[index.index(body.len())] ^= flip;
+        prop_assert_eq!(verifier.verify(&signed, &tampered, ts).err(), Some(SignatureError::NoMatchingSignature));
+
+        let signature = signed["webhook-signature"].to_str().unwrap();
+        let other_id = format!("{id}x");
+        let later = (ts + drift).to_string();
+        for (id, ts) in [(other_id.as_str(), ts.to_string()), (id.as_str(), later)] {
+            let changed = headers(&[("webhook-id", id), ("webhook-timestamp", &ts), ("webhook-signature", signature)]);
+            prop_assert_eq!(verifier.verify(&changed, &body, ts.parse().unwrap()).err(), Some(SignatureError::NoMatchingSignature));
+        }
+    }
+
+    #[test]
+    fn stripe_github_and_sender_verifiers_never_panic_on_arbitrary_headers(
+        stripe_header in ".{0,300}",
+        github_header in ".{0,300}",
+        id in ".{0,40}",
+        ts in ".{0,24}",
+        signatures in ".{0,300}",
+        body in prop::collection::vec(any::<u8>(), 0..64),
+        now in any::<i64>(),
+    ) {
+        if let Some(headers) = arbitrary_headers(&[("stripe-signature", stripe_header)]) {
+            let _ = stripe("whsec_0123456789abcdef").verify(&headers, &body, now);
+        }
+        if let Some(headers) = arbitrary_headers(&[("x-hub-signature-256", github_header)]) {
+            let _ = github("github-secret-0123456789").verify(&headers, &body, now);
+        }
+        let names = [("webhook-id", id), ("webhook-timestamp", ts), ("webhook-signature", signatures)];
+        if let Some(headers) = arbitrary_headers(&names) {
+            let _ = sender(b"0123456789abcdef0123456789").verify(&headers, &body, now);
+        }
     }
 }

@@ -86,6 +86,9 @@ async fn unknown_routes_and_wrong_methods_get_json_answers() {
     assert_eq!((answer.status, answer.body), (StatusCode::NOT_FOUND, json!({ "error": "not found" })));
 
     let request = axum::http::Request::get("/billing/webhook").body(axum::body::Body::empty()).unwrap();
-    let response = tower::ServiceExt::oneshot(app.router.clone(), request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let answer = app.request(request).await;
+    assert_eq!(
+        (answer.status, answer.body),
+        (StatusCode::METHOD_NOT_ALLOWED, json!({ "error": "method not allowed" }))
+    );
 }

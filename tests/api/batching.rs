@@ -9,6 +9,7 @@ use webhook_inbox::inbox::{
     Delivery, Effects, InboxError, Outcome, Routed, Source, ToRecord, record, record_together,
 };
 
+use crate::support::watch::{Gate, until, waiting_on};
 use crate::support::*;
 
 /// A delivery of event `id` with a raw `payload`.
@@ -104,20 +105,30 @@ async fn a_batch_of_new_and_known_events_records_each_with_its_own_outcome() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn many_deliveries_without_side_effects_at_once_are_each_answered_and_recorded_once() {
+async fn many_deliveries_without_side_effects_at_once_are_each_answered_and_recorded_together() {
     let app = TestApp::spawn().await;
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(60));
+    // A recorder is held at a gate inside its first statement while the
+    // other deliveries arrive, so those wait for a recorder together.
+    let gate = Gate::shut(app.pool(), "processed_webhook_events", 1).await;
+    let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let tasks: Vec<_> = (0..60)
         .map(|i| {
-            let (router, barrier) = (app.router.clone(), barrier.clone());
+            let (router, started) = (app.router.clone(), started.clone());
             // 20 events, each delivered 3 times.
             let body = json!({ "event_id": format!("evt_{}", i % 20), "event_type": "customer.updated", "data": {} });
             tokio::spawn(async move {
-                barrier.wait().await;
+                started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 crate::support::app::send(&router, &paddle(&body)).await
             })
         })
         .collect();
+    until("every delivery sent and a recorder held at the gate", async || {
+        started.load(std::sync::atomic::Ordering::SeqCst) == 60
+            && waiting_on(app.pool(), "advisory").await >= 1
+    })
+    .await;
+    gate.open().await;
+
     let mut processed = 0;
     for task in tasks {
         let answer = task.await.unwrap();
@@ -130,6 +141,10 @@ async fn many_deliveries_without_side_effects_at_once_are_each_answered_and_reco
         app.count("SELECT count(*) FROM webhook_events WHERE processing_status = 'SKIPPED'").await,
         40
     );
+    // Recorded together: the 60 archive rows were written by fewer
+    // transactions (xmin is the id of the transaction that wrote a row).
+    let transactions = app.count("SELECT count(DISTINCT xmin::text) FROM webhook_events").await;
+    assert!(transactions < 60, "{transactions} transactions for 60 deliveries");
 }
 
 #[tokio::test]

@@ -1,12 +1,15 @@
 //! `GET /metrics`: counters and histograms move as deliveries happen; the
 //! database gauges show what an operator should look at.
 
+use std::time::{Duration, Instant};
+
 use axum::http::StatusCode;
 
 use crate::support::*;
 
 /// The value of the sample of `name` carrying every label of `labels`
-/// (`provider="paddle"` and the like); 0 when there is no such sample.
+/// (`provider="paddle"` and the like). Panics when there is no such sample:
+/// a missing series is not a zero.
 fn sample(metrics: &str, name: &str, labels: &[&str]) -> f64 {
     metrics
         .lines()
@@ -16,7 +19,8 @@ fn sample(metrics: &str, name: &str, labels: &[&str]) -> f64 {
             let (metric, series_labels) = series.split_once('{').unwrap_or((series, ""));
             metric == name && labels.iter().all(|label| series_labels.contains(label))
         })
-        .map_or(0.0, |(_, value)| value.parse().unwrap())
+        .map(|(_, value)| value.parse().unwrap())
+        .unwrap_or_else(|| panic!("no sample of {name} with {labels:?} in:\n{metrics}"))
 }
 
 fn deliveries(metrics: &str, provider: &str, outcome: &str) -> f64 {
@@ -34,17 +38,25 @@ async fn delivery_counters_move_by_provider_and_outcome() {
         "{before}"
     );
 
-    app.send(&paddle(&subscription_created("evt_01", "sub_01"))).await;
-    app.send(&paddle(&subscription_created("evt_01", "sub_01"))).await;
-    let mut broken = subscription_created("evt_02", "sub_02");
+    let created = |n: &str| subscription_created(&format!("evt_{n}"), &format!("sub_{n}"));
+    let mut paddle_requests = vec![
+        paddle(&created("01")),
+        paddle(&created("01")),
+        paddle_signed(&created("03"), "pdl_wrong_secret_0123456789", now()),
+        paddle_signed(&created("03"), PADDLE_SECRETS[0], now() - 3600),
+        paddle_signed(&created("03"), PADDLE_SECRETS[0], now() + 3600),
+        paddle(&created("03")).without("paddle-signature"),
+        paddle(&created("03")).header("paddle-signature", "h1=no-timestamp"),
+        paddle(&serde_json::json!({ "no": "event id" })),
+    ];
+    let mut broken = created("02");
     broken["data"].as_object_mut().unwrap().remove("id");
-    app.send(&paddle(&broken)).await;
-    app.send(&paddle_signed(&subscription_created("evt_03", "sub_03"), "pdl_wrong_secret", now())).await;
-    app.send(&paddle_signed(&subscription_created("evt_03", "sub_03"), PADDLE_SECRETS[0], now() - 3600))
-        .await;
-    app.send(&paddle(&serde_json::json!({ "no": "event id" }))).await;
+    paddle_requests.push(paddle(&broken));
+    for delivery in &paddle_requests {
+        app.send(delivery).await;
+    }
     app.send(&clerk("msg_01", &user_created("user_01"))).await;
-    let mut unknown = paddle(&subscription_created("evt_04", "sub_04"));
+    let mut unknown = paddle(&created("04"));
     unknown.path = "/webhooks/nobody".into();
     assert_eq!(app.send(&unknown).await.status, StatusCode::NOT_FOUND);
 
@@ -53,18 +65,26 @@ async fn delivery_counters_move_by_provider_and_outcome() {
     assert_eq!(deliveries(&after, "paddle", "processed"), 1.0);
     assert_eq!(deliveries(&after, "paddle", "duplicate"), 1.0);
     assert_eq!(deliveries(&after, "paddle", "failed"), 1.0);
-    assert_eq!(deliveries(&after, "paddle", "rejected"), 2.0);
+    assert_eq!(deliveries(&after, "paddle", "rejected"), 5.0);
     assert_eq!(deliveries(&after, "paddle", "invalid"), 1.0);
     assert_eq!(deliveries(&after, "clerk", "processed"), 1.0);
     let rejections = |reason: &str| {
         sample(&after, "webhook_rejections_total", &["provider=\"paddle\"", &format!("reason=\"{reason}\"")])
     };
-    assert_eq!(rejections("no_matching_signature"), 1.0);
-    assert_eq!(rejections("timestamp_too_old"), 1.0);
-    assert_eq!(sample(&after, "webhook_delivery_duration_seconds_count", &["provider=\"paddle\""]), 6.0);
+    for reason in [
+        "no_matching_signature",
+        "timestamp_too_old",
+        "timestamp_in_future",
+        "missing_header",
+        "malformed_header",
+    ] {
+        assert_eq!(rejections(reason), 1.0, "{reason}");
+    }
+    let answered = paddle_requests.len() as f64;
+    assert_eq!(sample(&after, "webhook_delivery_duration_seconds_count", &["provider=\"paddle\""]), answered);
     assert_eq!(
         sample(&after, "webhook_delivery_duration_seconds_bucket", &["provider=\"paddle\"", "le=\"+Inf\""]),
-        6.0
+        answered
     );
     // The lag is measured for processed events only; these happened in 2022-2024.
     assert_eq!(sample(&after, "webhook_provider_lag_seconds_count", &["provider=\"paddle\""]), 1.0);
@@ -74,26 +94,60 @@ async fn delivery_counters_move_by_provider_and_outcome() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_unavailable_and_error_answers_are_counted_as_such() {
+    let app = TestApp::spawn_with(TestConfig {
+        lock_timeout: Duration::from_millis(200),
+        ..TestConfig::default().without("clerk")
+    })
+    .await;
+    // busy: a first attempt of the same event holds its dedup row.
+    let holder = crate::availability::hold_dedup_row(&app, "evt_01").await;
+    assert_eq!(app.send(&paddle(&subscription_created("evt_01", "sub_01"))).await.status, 503);
+    drop(holder);
+    // unavailable: the provider has no secret.
+    assert_eq!(app.send(&clerk("msg_01", &user_created("user_01"))).await.status, 503);
+    // error: the archive itself refuses the row, which is no fault of the event.
+    app.refuse_inserts_into("webhook_events").await;
+    let answer = app
+        .send(&paddle(&serde_json::json!({ "event_id": "evt_02", "event_type": "customer.updated" })))
+        .await;
+    assert_eq!(
+        (answer.status.as_u16(), answer.body),
+        (500, serde_json::json!({ "error": "database error" }))
+    );
+
+    let metrics = app.metrics().await;
+    assert_eq!(deliveries(&metrics, "paddle", "busy"), 1.0, "{metrics}");
+    assert_eq!(deliveries(&metrics, "clerk", "unavailable"), 1.0, "{metrics}");
+    assert_eq!(deliveries(&metrics, "paddle", "error"), 1.0, "{metrics}");
+}
+
 #[tokio::test]
 async fn every_enabled_provider_has_a_silence_gauge_from_startup() {
     let app = TestApp::spawn().await;
+    let started = Instant::now();
+    // The gauge counts in wall-clock time: let some pass, so that a gauge
+    // stuck at 0 cannot pass for one that counts.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let sent = Instant::now();
     app.send(&paddle(&subscription_created("evt_01", "sub_01"))).await;
 
+    let before_scrape = started.elapsed().as_secs_f64();
     let metrics = app.metrics().await;
+    let since_sent = sent.elapsed().as_secs_f64();
 
-    for provider in ["paddle", "clerk"] {
-        let silence = sample(
+    let silence = |provider: &str| {
+        sample(
             &metrics,
             "webhook_seconds_since_last_verified_delivery",
             &[&format!("provider=\"{provider}\"")],
-        );
-        assert!((0.0..60.0).contains(&silence), "{provider}: {silence}\n{metrics}");
-        assert!(
-            metrics.contains(&format!(
-                "webhook_seconds_since_last_verified_delivery{{provider=\"{provider}\"}}"
-            ))
-        );
-    }
+        )
+    };
+    // Clerk sent nothing: silent since startup, before `started`.
+    assert!(silence("clerk") >= before_scrape - 0.001, "{}\n{metrics}", silence("clerk"));
+    // Paddle was verified since: counted from then, not from startup.
+    assert!(silence("paddle") <= since_sent + 0.001, "{}\n{metrics}", silence("paddle"));
 }
 
 #[tokio::test]

@@ -133,18 +133,25 @@ async fn a_cluster_path_too_long_for_a_socket_uses_a_short_socket_dir() {
     std::fs::remove_dir(&socket_dir).expect("the socket dir is empty once stopped");
 }
 
-#[test]
-fn a_parent_the_server_user_cannot_enter_is_a_clear_error() {
-    if !nix::unistd::geteuid().is_root() {
-        return; // only root switches to another user
-    }
+/// As root, the server runs as another user, who cannot enter a parent
+/// private to root: a clear error before anything starts. As anyone else,
+/// the server runs as that same user, who can: it starts. Either way the
+/// test checks what this process's user leads to.
+#[tokio::test]
+async fn a_parent_the_server_user_cannot_enter_is_a_clear_error_and_one_it_can_is_used() {
     let private = tempfile::tempdir().expect("temp dir");
     std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod temp dir");
-    let err =
-        EmbeddedPostgres::start(&private.path().join("cluster"), &test_options()).expect_err("unreachable");
-    assert!(matches!(err, EmbeddedError::DirNotReachable { .. }), "{err}");
-    let message = err.to_string();
-    assert!(message.contains("--data-dir") && message.contains("DATABASE_URL"), "{message}");
+    let started = EmbeddedPostgres::start(&private.path().join("cluster"), &test_options());
+    if nix::unistd::geteuid().is_root() {
+        let err = started.expect_err("unreachable");
+        assert!(matches!(err, EmbeddedError::DirNotReachable { .. }), "{err}");
+        let message = err.to_string();
+        assert!(message.contains("--data-dir") && message.contains("DATABASE_URL"), "{message}");
+    } else {
+        let pg = started.expect("the server runs as this user, who can enter its own directory");
+        assert_eq!(query_one(&pg, "SELECT 7::int8").await, 7);
+        pg.stop().expect("stop");
+    }
 }
 
 #[test]

@@ -36,6 +36,8 @@ pub struct TestConfig {
     pub standard_webhooks: String,
     pub max_body_bytes: usize,
     pub lock_timeout: Duration,
+    /// `STATEMENT_TIMEOUT_MS`.
+    pub statement_timeout: Duration,
     /// `ADMIN_TOKEN`; `None`: the admin API is off.
     pub admin_token: Option<&'static str>,
     /// `METRICS_TOKEN`; `None`: /metrics is open.
@@ -64,6 +66,7 @@ impl Default for TestConfig {
             standard_webhooks: format!("{STANDARD_SENDER}={first},{STANDARD_SENDER}={second}"),
             max_body_bytes: 64 * 1024,
             lock_timeout: Duration::from_secs(10),
+            statement_timeout: webhook_inbox::db::Session::default().statement_timeout,
             admin_token: None,
             metrics_token: None,
             pool_size: 8,
@@ -303,7 +306,10 @@ fn init_logs() {
 }
 
 async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
-    let session = webhook_inbox::db::Session { lock_timeout: config.lock_timeout, ..Default::default() };
+    let session = webhook_inbox::db::Session {
+        lock_timeout: config.lock_timeout,
+        statement_timeout: config.statement_timeout,
+    };
     let options = webhook_inbox::db::session_options(db.connect_options(), session);
     let pool = PgPoolOptions::new()
         .max_connections(config.pool_size)
