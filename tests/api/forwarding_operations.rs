@@ -108,6 +108,11 @@ async fn the_admin_api_shows_destinations_and_jobs_and_replays() {
     let dead = app.get("/admin/jobs?status=dead", Some(TOKEN)).await;
     let id = dead.body["jobs"][0]["id"].as_i64().unwrap();
     assert_eq!(app.get("/admin/jobs?status=lost", Some(TOKEN)).await.status, StatusCode::BAD_REQUEST);
+    let typo = app.get("/admin/jobs?stauts=dead", Some(TOKEN)).await;
+    assert_eq!(
+        (typo.status, &typo.body["error"]),
+        (StatusCode::BAD_REQUEST, &json!("unknown field \"stauts\""))
+    );
 
     let shown = app.get(&format!("/admin/jobs/{id}"), Some(TOKEN)).await;
     assert_eq!(shown.body["attempts_made"][0]["status_code"], 500);

@@ -7,8 +7,8 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::http::AppState;
 use crate::http::error::ApiError;
+use crate::http::{AppState, UnknownFields};
 use crate::operations::Since;
 use crate::operations::destinations::{self, DestinationView, TestResult};
 use crate::operations::filter::parsed;
@@ -55,26 +55,29 @@ pub async fn test(
     Ok(Json(destinations::send_test(&state.forwarding.client, destination).await))
 }
 
-/// Pagination of `GET /admin/jobs`.
+/// The query of `GET /admin/jobs`: the filters, then the page.
 #[derive(Deserialize)]
-pub struct Page {
+pub struct JobsQuery {
+    #[serde(flatten)]
+    filter: JobFilter,
     #[serde(default, deserialize_with = "parsed")]
     limit: Option<u32>,
     #[serde(default, deserialize_with = "parsed")]
     cursor: Option<Cursor>,
+    #[serde(flatten)]
+    unknown: UnknownFields,
 }
 
 /// `GET /admin/jobs?destination=&status=&event_id=&since=&until=&limit=&cursor=`: newest first.
 pub async fn list_jobs(
     State(state): State<AppState>,
-    filter: Result<Query<JobFilter>, QueryRejection>,
-    page: Result<Query<Page>, QueryRejection>,
+    query: Result<Query<JobsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(filter) = filter.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let Query(page) = page.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let limit = page.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
-    let mut rows: Vec<Job> =
-        jobs::list(&state.pool, &filter, limit + 1, page.cursor.map(Cursor::before)).await?;
+    let Query(JobsQuery { filter, limit, cursor, unknown }) =
+        query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    unknown.refuse()?;
+    let limit = limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
+    let mut rows: Vec<Job> = jobs::list(&state.pool, &filter, limit + 1, cursor.map(Cursor::before)).await?;
     // One row more than the page tells whether there is a next page.
     let next_cursor = (rows.len() > limit as usize).then(|| {
         rows.truncate(limit as usize);
