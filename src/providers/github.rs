@@ -21,6 +21,8 @@ use crate::event::{self, Event, EventError, Payload};
 const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 const DELIVERY_HEADER: &str = "X-GitHub-Delivery";
 const EVENT_HEADER: &str = "X-GitHub-Event";
+/// How the type made of the event header and the body's action is named in errors.
+const COMBINED_TYPE: &str = "X-GitHub-Event.action";
 
 /// GitHub at `/webhooks/github`; secrets from `GITHUB_WEBHOOK_SECRET`.
 pub const SPEC: ProviderSpec = ProviderSpec {
@@ -80,16 +82,18 @@ impl EventFormat for GitHubFormat {
     fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
         let envelope: Envelope<'_> = envelope(payload, "GitHub")?;
         let header = |name| headers.get(name).and_then(|value| value.to_str().ok()).map(Cow::Borrowed);
-        let event_type = match (header(EVENT_HEADER), envelope.action) {
-            (Some(event), Some(action)) if !action.is_empty() => {
-                Some(Cow::Owned(format!("{event}.{action}")))
+        let id = event::required(header(DELIVERY_HEADER), DELIVERY_HEADER)?;
+        let event = event::required(header(EVENT_HEADER), EVENT_HEADER)?;
+        // Each part is checked on its own, so that a bad action is reported
+        // as the action's, not the header's; then the type they make.
+        let event_type = match envelope.action.filter(|action| !action.is_empty()) {
+            Some(action) => {
+                let action = event::required(Some(action), "action")?;
+                event::required(Some(format!("{event}.{action}").into()), COMBINED_TYPE)?
             }
-            (event, _) => event,
+            None => event,
         };
-        Ok(Event::new(
-            event::required(header(DELIVERY_HEADER), DELIVERY_HEADER)?,
-            event::required(event_type, EVENT_HEADER)?,
-        ))
+        Ok(Event::new(id, event_type))
     }
 
     fn read_stored(&self, event_id: &str, event_type: &str, _payload: &Payload) -> Result<Event, EventError> {
@@ -211,5 +215,20 @@ mod tests {
         assert_eq!(parse(&delivery[..1], br#"{"action":"opened"}"#), Err(EventError::Missing(EVENT_HEADER)));
         assert_eq!(parse(&delivery, b"payload=%7B%7D"), Err(EventError::NotJson));
         assert_eq!(parse(&delivery, br#"{"action":1}"#), Err(EventError::NotAnEvent("GitHub")));
+    }
+
+    #[test]
+    fn a_bad_action_is_reported_as_the_action_not_as_the_event_header() {
+        let parse = |event: &str, body: String| {
+            let headers = headers(&[(DELIVERY_HEADER, "72d3162e"), (EVENT_HEADER, event)]);
+            GitHubFormat.read_request(&headers, &payload(body.as_bytes())).map(|e| e.event_type)
+        };
+        let action = |action: &str| format!(r#"{{"action":{}}}"#, serde_json::to_string(action).unwrap());
+        assert_eq!(parse("issues", action(&"a".repeat(256))), Err(EventError::TooLong("action")));
+        assert_eq!(parse("issues", action("opened\u{1b}")), Err(EventError::Missing("action")));
+        // Each part fits, but not the two together.
+        assert_eq!(parse(&"e".repeat(200), action(&"a".repeat(55))), Err(EventError::TooLong(COMBINED_TYPE)));
+        assert_eq!(parse(&"e".repeat(200), action(&"a".repeat(54))).map(|t| t.len()), Ok(255));
+        assert_eq!(parse(&"e".repeat(256), action("opened")), Err(EventError::TooLong(EVENT_HEADER)));
     }
 }
