@@ -75,6 +75,10 @@ pub struct ServeConfig {
     #[arg(long, env = "REQUEST_READ_TIMEOUT_SECS", default_value_t = 10)]
     pub request_read_timeout_secs: u64,
 
+    /// Most client connections open at once; further ones wait in the listen backlog until one closes. Each may hold up to MAX_BODY_BYTES plus ~400 KiB of headers.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
     /// Each provider's secrets: `--{name}-webhook-secret` (`{NAME}_WEBHOOK_SECRET`) and `STANDARD_WEBHOOKS`.
     #[command(flatten, next_help_heading = "Providers")]
     pub providers: ProviderConfig,

@@ -15,7 +15,7 @@ use crate::client;
 use crate::config::{DatabaseConfig, OutboxConfig, RetentionConfig, ServeConfig};
 use crate::db::{self, Database};
 use crate::destinations::{self, Declaration, Forwarding};
-use crate::http::{self, AppState, BearerToken, Limits};
+use crate::http::{self, AppState, BearerToken, ConnectionLimits, Limits};
 use crate::operations::{Age, RetentionPolicy, retention};
 use crate::outbox::{Emails, Mailer, Templates};
 use crate::providers::{self, Registry};
@@ -118,7 +118,10 @@ pub async fn run(
             listener,
             http::app(state.clone()),
             state.workers.clone(),
-            config.request_read_timeout(),
+            ConnectionLimits {
+                max_connections: config.max_connections as usize,
+                header_read_timeout: config.request_read_timeout(),
+            },
             shutdown,
             drain,
         ),

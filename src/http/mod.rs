@@ -29,7 +29,7 @@ use crate::providers::{self, Registry};
 pub use auth::{BearerToken, InvalidToken};
 pub use console::{ConsoleSettings, SESSION_COOKIE};
 pub use error::ApiError;
-pub use serve::serve;
+pub use serve::{ConnectionLimits, serve};
 use unknown_fields::UnknownFields;
 
 /// Bounds on what a client may send.

@@ -1,7 +1,9 @@
-//! The server: accepts connections until shutdown is signalled, then stops
-//! accepting and drains in-flight deliveries, bounded in time.
+//! The server: accepts connections, at most so many at once, until
+//! shutdown is signalled, then stops accepting and drains in-flight
+//! deliveries, bounded in time.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -11,9 +13,20 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::inbox::Workers;
+
+/// What the server allows client connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Most connections open at once; at least 1.
+    pub max_connections: usize,
+    /// Time a connection gets to send a request head, from its acceptance
+    /// or from the previous answer on it.
+    pub header_read_timeout: Duration,
+}
 
 /// Serves `app` on `listener` until `shutdown` resolves; then closes the
 /// listener (new connections are refused), lets open connections finish
@@ -24,7 +37,7 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     workers: Workers,
-    header_read_timeout: Duration,
+    limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) -> bool {
@@ -38,11 +51,30 @@ pub async fn serve(
     // forever. Providers reach the service through a TLS-terminating proxy
     // that speaks HTTP/1.1 to it.
     let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     let connections = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    // Why a bound: each connection may hold a request head (up to ~400 KiB)
+    // and a body (MAX_BODY_BYTES) for as long as the read timeouts allow,
+    // before anything is verified. Why wait before accepting rather than
+    // refuse: a connection over the limit stays in the kernel's listen
+    // backlog, costing nothing here, and is served as soon as one closes;
+    // the read timeouts start when it is accepted.
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut saturated = false;
 
     loop {
+        if permits.available_permits() == 0 && !saturated {
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                "connection limit reached: new connections wait in the listen backlog until one closes"
+            );
+        }
+        saturated = permits.available_permits() == 0;
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
         let (stream, _peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -65,6 +97,7 @@ pub async fn serve(
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }
+            drop(permit);
         });
     }
 

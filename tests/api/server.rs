@@ -1,10 +1,14 @@
-//! The server on a real socket: serving, and a shutdown that refuses new
-//! connections but answers the deliveries already in flight.
+//! The server on a real socket: serving, a bound on open connections, and
+//! a shutdown that refuses new connections but answers the deliveries
+//! already in flight.
+
+use std::time::Duration;
 
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use webhook_inbox::http::ConnectionLimits;
 
 use crate::support::socket::post;
 use crate::support::watch::{LONGEST_WAIT, until};
@@ -56,4 +60,31 @@ async fn a_body_that_stops_arriving_is_answered_408_at_the_read_timeout() {
     let answer = crate::support::socket::parse(&response);
     assert_eq!((answer.status, answer.body), (408, json!({ "error": "timed out reading the request body" })));
     assert_eq!(test.rows_everywhere().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_over_max_connections_waits_unaccepted_and_is_served_once_one_closes() {
+    let test = TestApp::spawn().await;
+    // Idle connections are held for the whole header timeout: a long one,
+    // so that only the test closes them.
+    let limits = ConnectionLimits { max_connections: 2, header_read_timeout: Duration::from_secs(600) };
+    let listening = test.listen_with(limits).await;
+    let addr = listening.addr;
+    let first = TcpStream::connect(addr).await.unwrap();
+    let _second = TcpStream::connect(addr).await.unwrap();
+
+    // A third client sends a whole delivery: it is not served while the
+    // two idle connections hold both places. (With the limit this cannot
+    // happen however long the wait; the wait only bounds how long a
+    // server without one has to answer it.)
+    let delivery = paddle(&subscription_created("evt_01", "sub_01"));
+    let mut third = tokio::spawn(async move { post(addr, &delivery).await });
+    let early = tokio::time::timeout(Duration::from_secs(1), &mut third).await;
+    assert!(early.is_err(), "served over the limit: {early:?}");
+    assert_eq!(test.count("SELECT count(*) FROM webhook_events").await, 0);
+
+    // One closes: the waiting connection is accepted and served.
+    drop(first);
+    let (status, body) = tokio::time::timeout(LONGEST_WAIT, third).await.unwrap().unwrap();
+    assert_eq!((status, body), (200, json!({ "event_id": "evt_01", "status": "processed" })));
 }

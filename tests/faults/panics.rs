@@ -17,7 +17,7 @@ use tokio::sync::Barrier;
 use webhook_inbox::effects::billing::PriceCredits;
 use webhook_inbox::effects::billing::subscriptions::SubscriptionCreated;
 use webhook_inbox::event::Event as InboxEvent;
-use webhook_inbox::http::{AppState, Limits, app, serve};
+use webhook_inbox::http::{AppState, ConnectionLimits, Limits, app, serve};
 use webhook_inbox::inbox::{Effect, EffectError};
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::paddle::Paddle;
@@ -66,7 +66,7 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
         listener,
         app(state.clone()),
         state.workers.clone(),
-        Duration::from_secs(5),
+        ConnectionLimits { max_connections: 64, header_read_timeout: Duration::from_secs(5) },
         async { stopped.await.unwrap_or(()) },
         Duration::from_secs(10),
     ));

@@ -13,7 +13,7 @@ use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
 use webhook_inbox::client;
 use webhook_inbox::destinations::{Declaration, Forwarding};
-use webhook_inbox::http::{AppState, BearerToken, Limits, app, serve};
+use webhook_inbox::http::{AppState, BearerToken, ConnectionLimits, Limits, app, serve};
 use webhook_inbox::providers::{ProviderConfig, Registry};
 use webhook_inbox::queue::Engine;
 
@@ -160,6 +160,15 @@ impl TestApp {
     /// Serves the app on a real socket (127.0.0.1, a free port), as `serve`
     /// does, until [`Listening::stop`].
     pub async fn listen(&self) -> Listening {
+        self.listen_with(ConnectionLimits {
+            max_connections: 128,
+            header_read_timeout: Duration::from_secs(5),
+        })
+        .await
+    }
+
+    /// [`listen`](Self::listen), with these connection limits.
+    pub async fn listen_with(&self, limits: ConnectionLimits) -> Listening {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -167,7 +176,7 @@ impl TestApp {
             listener,
             self.router.clone(),
             self.state.workers.clone(),
-            Duration::from_secs(5),
+            limits,
             async { stopped.await.unwrap_or(()) },
             Duration::from_secs(20),
         ));
