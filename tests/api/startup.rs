@@ -1,7 +1,11 @@
 //! Configuration that would weaken security refuses to start: the real
-//! binary, one table. Each row names the setting and the reason, and the
-//! value configured never appears in what the process prints.
+//! binary, two tables (secrets; the embedded PostgreSQL's directory and
+//! account). Each row names the setting and the reason; a secret never
+//! appears in what the process prints, and a refused directory is left
+//! exactly as it was.
 
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// Runs `webhook-inbox serve` with nothing from the test's environment (nor a
@@ -128,4 +132,155 @@ fn an_empty_variable_leaves_its_provider_off_as_if_it_were_unset() {
         assert!(stderr.contains(&format!("{variable} is not set: its routes answer 503")), "{stderr}");
     }
     assert!(stderr.contains("ADMIN_TOKEN: a bearer token must be at least 16 bytes"), "{stderr}");
+}
+
+/// `webhook-inbox migrate` on the embedded cluster in `data_dir`, run from
+/// `cwd` with `env`: it reaches the embedded PostgreSQL's start.
+fn migrate_embedded(cwd: &Path, data_dir: &Path, env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+        .arg("migrate")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_BACKTRACE", "0")
+        .env("DATA_DIR", data_dir)
+        .current_dir(cwd)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// Owner, mode and entries of `path` itself (a symlink is not followed),
+/// or `None` when there is nothing there.
+fn snapshot(path: &Path) -> Option<(u32, u32, Vec<String>)> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let mut entries: Vec<String> = match meta.is_dir() {
+        true => {
+            std::fs::read_dir(path).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect()
+        }
+        false => Vec::new(),
+    };
+    entries.sort();
+    Some((meta.uid(), meta.mode() & 0o7777, entries))
+}
+
+/// One row: a data directory another account could have prepared or could
+/// change, and the path that must be left exactly as it was.
+struct DataDirCase {
+    name: &'static str,
+    /// Only root can arrange it (another account's files, or switching users).
+    needs_root: bool,
+    reason: &'static str,
+}
+
+#[test]
+fn a_data_dir_another_account_could_have_prepared_is_refused_and_left_as_it_was() {
+    let root = nix::unistd::geteuid().is_root();
+    let account = |name| nix::unistd::User::from_name(name).unwrap().unwrap();
+    let chown = |path: &Path, name| {
+        let user = account(name);
+        std::os::unix::fs::chown(path, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap()
+    };
+    let mode =
+        |path: &Path, mode| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    let cases = [
+        DataDirCase {
+            name: "DATA_DIR is a symlink to a directory of root's",
+            needs_root: false,
+            reason: "it is a symbolic link",
+        },
+        DataDirCase {
+            name: "DATA_DIR=. in a directory holding other files",
+            needs_root: false,
+            reason: "it holds \"README.md\", which is not the embedded cluster's",
+        },
+        DataDirCase {
+            name: "DATA_DIR writable by other accounts",
+            needs_root: false,
+            reason: "it is writable by other accounts",
+        },
+        DataDirCase {
+            name: "DATA_DIR below a directory other accounts may write",
+            needs_root: false,
+            reason: "is writable by other accounts",
+        },
+        DataDirCase {
+            name: "DATA_DIR owned by the server account (as earlier versions left it)",
+            needs_root: true,
+            reason: "it is owned by `postgres`, the server account (an earlier version running as root handed it over",
+        },
+        DataDirCase {
+            name: "DATA_DIR owned by nobody",
+            needs_root: true,
+            reason: "it is owned by `nobody`, not by this process's user",
+        },
+        DataDirCase {
+            name: "DATA_DIR below a directory of the server account",
+            needs_root: true,
+            reason: "is owned by `postgres`",
+        },
+        DataDirCase {
+            name: "EMBEDDED_PG_USER=nobody",
+            needs_root: true,
+            reason: "refusing to run the embedded PostgreSQL as `nobody`",
+        },
+        DataDirCase {
+            name: "EMBEDDED_PG_USER names no account",
+            needs_root: true,
+            reason: "the account `no-such-account` to run it as does not exist",
+        },
+    ];
+    for case in cases.iter().filter(|case| root || !case.needs_root) {
+        let tmp = tempfile::tempdir().unwrap();
+        mode(tmp.path(), 0o755);
+        let (mut cwd, mut data_dir, mut env) = (tmp.path().to_path_buf(), tmp.path().join("data"), vec![]);
+        // What must be left as it was: the directory the case is about.
+        let mut kept = data_dir.clone();
+        match case.name {
+            "DATA_DIR is a symlink to a directory of root's" => {
+                kept = tmp.path().join("victim");
+                std::fs::create_dir(&kept).unwrap();
+                mode(&kept, 0o700);
+                std::fs::write(kept.join("keep"), "").unwrap();
+                std::os::unix::fs::symlink(&kept, &data_dir).unwrap();
+            }
+            "DATA_DIR=. in a directory holding other files" => {
+                (cwd, data_dir) = (tmp.path().join("project"), ".".into());
+                kept = cwd.clone();
+                std::fs::create_dir(&kept).unwrap();
+                std::fs::write(kept.join("README.md"), "").unwrap();
+            }
+            "DATA_DIR writable by other accounts" => {
+                std::fs::create_dir(&kept).unwrap();
+                mode(&kept, 0o777);
+            }
+            "DATA_DIR below a directory other accounts may write" => {
+                let shared = tmp.path().join("shared");
+                std::fs::create_dir(&shared).unwrap();
+                mode(&shared, 0o777);
+                (data_dir, kept) = (shared.join("data"), shared);
+            }
+            "DATA_DIR owned by the server account (as earlier versions left it)"
+            | "DATA_DIR owned by nobody" => {
+                std::fs::create_dir(&kept).unwrap();
+                mode(&kept, 0o700);
+                chown(&kept, if case.name.ends_with("nobody") { "nobody" } else { "postgres" });
+            }
+            "DATA_DIR below a directory of the server account" => {
+                let home = tmp.path().join("home");
+                std::fs::create_dir(&home).unwrap();
+                chown(&home, "postgres");
+                (data_dir, kept) = (home.join("data"), home);
+            }
+            "EMBEDDED_PG_USER=nobody" => env.push(("EMBEDDED_PG_USER", "nobody")),
+            _ => env.push(("EMBEDDED_PG_USER", "no-such-account")),
+        }
+        let before = snapshot(&kept);
+
+        let output = migrate_embedded(&cwd, &data_dir, &env);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{}: started\n{stderr}", case.name);
+        assert!(stderr.contains(case.reason), "{}:\n{stderr}", case.name);
+        assert_eq!(snapshot(&kept), before, "{}: changed {}", case.name, kept.display());
+        println!("STARTUP\t{}\t{}", case.name, case.reason);
+    }
 }

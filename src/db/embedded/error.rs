@@ -32,13 +32,49 @@ pub enum EmbeddedError {
         missing: &'static str,
     },
 
-    /// This process runs as root, PostgreSQL refuses to, and no account exists to run it as.
+    /// This process runs as root, PostgreSQL refuses to, and the account to run it as does not exist.
     #[error(
-        "running as root, which PostgreSQL refuses, and neither a `postgres` nor a `nobody` user \
-         exists to run it as; create a `postgres` system user, run as a non-root user, or set \
-         DATABASE_URL to use an existing server"
+        "running as root, which PostgreSQL refuses, and the account `{name}` to run it as does not \
+         exist; create a dedicated one (`useradd --system --user-group --no-create-home --shell \
+         /usr/sbin/nologin {name}`), name another with EMBEDDED_PG_USER, run as a non-root user, or \
+         set DATABASE_URL to use an existing server"
     )]
-    NoServerUser,
+    NoServerUser {
+        /// The account looked for.
+        name: String,
+    },
+
+    /// The account to run the server as is root or shared with everything unprivileged.
+    #[error(
+        "refusing to run the embedded PostgreSQL as `{name}`: the cluster's files would belong to an \
+         account other programs share; set EMBEDDED_PG_USER to a dedicated account"
+    )]
+    SharedServerUser {
+        /// The account refused.
+        name: String,
+    },
+
+    /// The data directory could have been prepared, or could still be changed, by another account.
+    #[error(
+        "refusing DATA_DIR {}: {reason}. Choose a directory that does not exist yet (it is created), \
+         or one of this user's that holds an embedded cluster",
+        dir.display()
+    )]
+    UnsafeDataDir {
+        /// The data directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A file of ours in the data directory is not what we would have made.
+    #[error("refusing to open {}: {reason}; remove it (it is recreated)", path.display())]
+    UnsafeFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// The unprivileged server user cannot reach the data directory.
     #[error(
@@ -57,17 +93,30 @@ pub enum EmbeddedError {
         blocked: PathBuf,
     },
 
-    /// The fallback socket directory exists but could be someone else's.
+    /// A directory to hand to the server account exists but could be someone else's.
     #[error(
-        "refusing to put the PostgreSQL socket in {}: {reason}; remove it, or choose a shorter \
-         data directory path",
+        "refusing to hand {} to the PostgreSQL server: {reason}; remove it (for \
+         /tmp/webhook-inbox-*, the socket directory of a long DATA_DIR path, a shorter path avoids it)",
         path.display()
     )]
-    UnsafeSocketDir {
-        /// The socket directory.
+    UnsafeServerDir {
+        /// The directory.
         path: PathBuf,
         /// What is wrong with it.
         reason: String,
+    },
+
+    /// `postmaster.pid` names a live process that is not the server account's.
+    #[error(
+        "{} names pid {pid}, a live process that is not the PostgreSQL server's: not adopted, not \
+         signalled; if no embedded server runs, remove that file",
+        pid_file.display()
+    )]
+    ForeignPostmaster {
+        /// The pid the file names.
+        pid: i32,
+        /// The file.
+        pid_file: PathBuf,
     },
 
     /// A filesystem or process operation failed.

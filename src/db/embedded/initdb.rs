@@ -19,7 +19,7 @@ pub(super) fn initdb(
     options: &EmbeddedOptions,
 ) -> Result<(), EmbeddedError> {
     let started = Instant::now();
-    layout::create_empty_private_dir(&layout.initdb_work, user)?;
+    layout::create_empty_server_dir(&layout.initdb_work, user)?;
 
     let mut command = Command::new(&binaries.initdb);
     command

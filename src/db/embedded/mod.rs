@@ -28,7 +28,7 @@ mod server_user;
 #[cfg(test)]
 mod tests;
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,7 @@ pub use error::EmbeddedError;
 use binaries::{Binaries, Search};
 use error::io_error;
 use layout::{Layout, PORT};
-use postmaster::{Postmaster, is_alive, not_ready, poll_until, read_pid_file};
+use postmaster::{Postmaster, not_ready, poll_until, running_server};
 use server_user::ServerUser;
 
 /// How long starting (initdb included) or attaching may take.
@@ -76,6 +76,7 @@ impl Default for EmbeddedOptions {
 #[derive(Debug)]
 pub struct EmbeddedPostgres {
     layout: Layout,
+    user: ServerUser,
     owner_lock: File,
     users_lock: File,
     /// `Some` iff this handle owns the server.
@@ -91,8 +92,8 @@ impl EmbeddedPostgres {
         let binaries = binaries::find(&Search::from_env())?;
         let user = ServerUser::resolve()?;
         let layout = Layout::prepare(dir, &user)?;
-        let owner_lock = open_lock(&layout.owner_lock)?;
-        let users_lock = open_lock(&layout.users_lock)?;
+        let owner_lock = layout.open_lock(&layout.owner_lock)?;
+        let users_lock = layout.open_lock(&layout.users_lock)?;
 
         let owner = try_lock(&owner_lock, &layout.owner_lock)?;
         // Blocks only while an owner is stopping the server.
@@ -103,8 +104,7 @@ impl EmbeddedPostgres {
                 if try_lock(&owner_lock, &layout.owner_lock)? {
                     return Ok(Some(false));
                 }
-                let ready = read_pid_file(&layout.pgdata)
-                    .is_some_and(|pid_file| pid_file.ready && is_alive(pid_file.pid));
+                let ready = running_server(&layout, &user)?.is_some_and(|pid_file| pid_file.ready);
                 Ok(ready.then_some(true))
             })?
             .ok_or_else(|| not_ready(&layout))?;
@@ -113,12 +113,12 @@ impl EmbeddedPostgres {
                     dir = %layout.root.display(),
                     "attached to the embedded PostgreSQL another process runs"
                 );
-                return Ok(Self { layout, owner_lock, users_lock, server: None });
+                return Ok(Self { layout, user, owner_lock, users_lock, server: None });
             }
         }
 
         let server = own_server(&binaries, &layout, &user, options, deadline)?;
-        Ok(Self { layout, owner_lock, users_lock, server: Some(server) })
+        Ok(Self { layout, user, owner_lock, users_lock, server: Some(server) })
     }
 
     /// Connect options for database `postgres` as user `postgres` over the
@@ -150,7 +150,7 @@ impl EmbeddedPostgres {
     /// ([`EmbeddedError::StopTimeout`] says so).
     pub fn stop_by(self, deadline: Instant) -> Result<(), EmbeddedError> {
         // Locals drop in reverse order: users.lock is released before owner.lock.
-        let Self { layout, owner_lock, users_lock, server } = self;
+        let Self { layout, user, owner_lock, users_lock, server } = self;
         users_lock.unlock().map_err(io_error("unlock", &layout.users_lock))?;
 
         let server = match server {
@@ -159,7 +159,7 @@ impl EmbeddedPostgres {
                 if !try_lock(&owner_lock, &layout.owner_lock)? {
                     return Ok(());
                 }
-                match read_pid_file(&layout.pgdata).filter(|pid_file| is_alive(pid_file.pid)) {
+                match running_server(&layout, &user)? {
                     Some(pid_file) => Postmaster::Adopted(pid_file.pid),
                     None => return Ok(()),
                 }
@@ -172,7 +172,7 @@ impl EmbeddedPostgres {
             );
             return Ok(());
         }
-        server.stop(&layout, deadline)?;
+        server.stop(&layout, &user, deadline)?;
         tracing::info!(dir = %layout.root.display(), "stopped the embedded PostgreSQL");
         Ok(())
     }
@@ -192,9 +192,9 @@ fn own_server(
     }
     // A live postmaster that is starting or stopping is waited for; a stale
     // postmaster.pid (process gone) is the server's own business at startup.
-    let running = poll_until(deadline, || match read_pid_file(&layout.pgdata) {
-        Some(pid_file) if is_alive(pid_file.pid) => Ok(pid_file.ready.then_some(Some(pid_file.pid))),
-        _ => Ok(Some(None)),
+    let running = poll_until(deadline, || match running_server(layout, user)? {
+        Some(pid_file) => Ok(pid_file.ready.then_some(Some(pid_file.pid))),
+        None => Ok(Some(None)),
     })?
     .ok_or_else(|| not_ready(layout))?;
 
@@ -215,10 +215,6 @@ fn own_server(
         "started the embedded PostgreSQL"
     );
     Ok(server)
-}
-
-fn open_lock(path: &Path) -> Result<File, EmbeddedError> {
-    OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io_error("open", path))
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: `Ok(false)` when another holder has it.

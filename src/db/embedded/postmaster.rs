@@ -2,6 +2,7 @@
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -10,6 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -41,9 +43,18 @@ impl Postmaster {
 
     /// Fast shutdown (SIGINT: sessions are ended, a checkpoint is written) and
     /// wait until the process is gone, or until `deadline`; the server then
-    /// finishes shutting down on its own.
-    pub fn stop(mut self, layout: &Layout, deadline: Instant) -> Result<(), EmbeddedError> {
+    /// finishes shutting down on its own. An adopted server whose pid is no
+    /// longer a process of `user` is gone (its pid may be another's now).
+    pub fn stop(
+        mut self,
+        layout: &Layout,
+        user: &ServerUser,
+        deadline: Instant,
+    ) -> Result<(), EmbeddedError> {
         let pid = self.pid();
+        if matches!(self, Self::Adopted(_)) && !user.runs(pid) {
+            return Ok(());
+        }
         match kill(pid, Signal::SIGINT) {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(errno) => return Err(io_error("signal PostgreSQL in", &layout.root)(errno.into())),
@@ -80,12 +91,9 @@ pub(super) fn spawn(
     deadline: Instant,
 ) -> Result<Postmaster, EmbeddedError> {
     // A file, not a pipe: the server must outlive us, and a pipe would break
-    // (SIGPIPE) the moment we exit.
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&layout.log)
-        .map_err(io_error("open", &layout.log))?;
+    // (SIGPIPE) the moment we exit. Ours, opened by us: the server only
+    // writes to it through the descriptor it inherits.
+    let log = layout.open_log()?;
     let log_for_stdout = log.try_clone().map_err(io_error("open", &layout.log))?;
 
     let mut command = Command::new(&binaries.postgres);
@@ -100,6 +108,9 @@ pub(super) fn spawn(
         .arg("-c")
         .arg(format!("unix_socket_directories=\"{}\"", layout.socket_dir.display()))
         .args(["-c", "unix_socket_permissions=0700"])
+        // No DETAIL, HINT, QUERY or CONTEXT lines in the log: a rejected
+        // payload's CONTEXT quotes it ("JSON data, line 1: ...").
+        .args(["-c", "log_error_verbosity=terse"])
         .current_dir(&layout.root)
         .stdin(Stdio::null())
         .stdout(log_for_stdout)
@@ -151,7 +162,7 @@ pub(super) fn spawn(
         Ok(Some(_)) => Ok(Postmaster::Child(child)),
         Ok(None) => {
             // Leave no half-started server behind us.
-            let _ = Postmaster::Child(child).stop(layout, Instant::now() + STOP_TIMEOUT);
+            let _ = Postmaster::Child(child).stop(layout, user, Instant::now() + STOP_TIMEOUT);
             Err(not_ready(layout))
         }
         Err(err) => Err(err),
@@ -195,13 +206,36 @@ pub(super) struct PidFile {
 }
 
 /// Reads `postmaster.pid`: line 1 is the pid, line 8 the status. `None` when
-/// absent or still being written.
+/// absent or still being written. The file is the server account's: never
+/// read through a symlink, nor more of it than a pid file holds.
 pub(super) fn read_pid_file(pgdata: &Path) -> Option<PidFile> {
-    let text = std::fs::read_to_string(pgdata.join("postmaster.pid")).ok()?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(OFlag::O_NOFOLLOW.bits())
+        .open(pgdata.join("postmaster.pid"));
+    let mut text = String::new();
+    file.ok()?.take(4096).read_to_string(&mut text).ok()?;
     let mut lines = text.lines();
     let pid = lines.next()?.trim().parse::<i32>().ok().filter(|pid| *pid > 0)?;
     let ready = lines.nth(6).is_some_and(|status| status.trim() == "ready");
     Some(PidFile { pid: Pid::from_raw(pid), ready })
+}
+
+/// The server `postmaster.pid` names, when it runs; `None` when there is no
+/// file or its process is gone. A live pid that is not a process of the
+/// server account is refused: the account can write that file, and must not
+/// be able to choose a process for us to adopt and signal.
+pub(super) fn running_server(layout: &Layout, user: &ServerUser) -> Result<Option<PidFile>, EmbeddedError> {
+    match read_pid_file(&layout.pgdata) {
+        Some(pid_file) if is_alive(pid_file.pid) => match user.runs(pid_file.pid) {
+            true => Ok(Some(pid_file)),
+            false => Err(EmbeddedError::ForeignPostmaster {
+                pid: pid_file.pid.as_raw(),
+                pid_file: layout.pgdata.join("postmaster.pid"),
+            }),
+        },
+        _ => Ok(None),
+    }
 }
 
 /// Whether `pid` runs (a zombie does not: it is dead, only not yet reaped).
@@ -248,7 +282,8 @@ pub(super) fn not_ready(layout: &Layout) -> EmbeddedError {
 pub(super) fn log_tail(log: &Path) -> String {
     const TAIL_BYTES: u64 = 4096;
     const TAIL_LINES: usize = 20;
-    let Ok(mut file) = std::fs::File::open(log) else {
+    let opened = OpenOptions::new().read(true).custom_flags(OFlag::O_NOFOLLOW.bits()).open(log);
+    let Ok(mut file) = opened else {
         return "(no log)".to_owned();
     };
     let len = file.metadata().map(|meta| meta.len()).unwrap_or(0);

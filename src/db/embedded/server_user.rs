@@ -1,18 +1,27 @@
 //! The account the server runs as.
 //!
 //! PostgreSQL refuses to run as root, and a service is often started as root
-//! (containers). Then `initdb` and `postgres` run as `postgres` (or `nobody`),
-//! and the cluster directories are handed to that account.
+//! (containers). Then `initdb` and `postgres` run as a dedicated account:
+//! `postgres` (which the PostgreSQL server packages create), or the one
+//! `EMBEDDED_PG_USER` names. Never a shared one such as `nobody`: whatever
+//! else runs as that account could read and change the cluster.
 
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-use nix::unistd::{Gid, Uid, User, geteuid};
+use nix::unistd::{Gid, Pid, Uid, User, geteuid};
 
 use super::EmbeddedError;
 use super::error::io_error;
+
+/// The variable naming the account the server runs as when we are root.
+pub(super) const USER_VARIABLE: &str = "EMBEDDED_PG_USER";
+
+/// The account used when [`USER_VARIABLE`] is unset.
+const DEFAULT_USER: &str = "postgres";
 
 /// Who runs `initdb` and `postgres`.
 #[derive(Debug, Clone)]
@@ -25,23 +34,34 @@ pub(super) struct ServerUser {
 }
 
 impl ServerUser {
-    /// Ourselves, unless we are root: then `postgres` if it exists, else `nobody`.
+    /// Ourselves, unless we are root: then the dedicated account.
     pub fn resolve() -> Result<Self, EmbeddedError> {
         let euid = geteuid();
         if !euid.is_root() {
             let name = User::from_uid(euid).ok().flatten().map_or_else(|| euid.to_string(), |user| user.name);
             return Ok(Self { uid: euid, gid: nix::unistd::getegid(), name, switch: false });
         }
-        let user = ["postgres", "nobody"]
-            .into_iter()
-            .find_map(|name| User::from_name(name).ok().flatten())
-            .ok_or(EmbeddedError::NoServerUser)?;
+        let name = std::env::var(USER_VARIABLE).ok().filter(|name| !name.is_empty());
+        let name = name.as_deref().unwrap_or(DEFAULT_USER);
+        let user = User::from_name(name)
+            .ok()
+            .flatten()
+            .ok_or_else(|| EmbeddedError::NoServerUser { name: name.to_string() })?;
+        // `nobody` (and its kin, 65534) is shared by whatever runs unprivileged.
+        if user.uid.is_root() || user.name == "nobody" || user.uid.as_raw() == 65534 {
+            return Err(EmbeddedError::SharedServerUser { name: user.name });
+        }
         Ok(Self { uid: user.uid, gid: user.gid, name: user.name, switch: true })
     }
 
     /// The account's uid.
     pub fn uid(&self) -> Uid {
         self.uid
+    }
+
+    /// Whether the server runs as another account than ours.
+    pub fn is_other_account(&self) -> bool {
+        self.switch
     }
 
     /// Makes `command` run as this account. Setting the uid as root also makes
@@ -53,13 +73,23 @@ impl ServerUser {
         }
     }
 
-    /// Hands `path` to this account (no-op when we are not root).
-    pub fn chown(&self, path: &Path) -> Result<(), EmbeddedError> {
+    /// Hands the directory open as `handle` (at `path`, for messages) to
+    /// this account: changed through the handle, so it is the directory we
+    /// opened that changes hands, whatever the path names by then.
+    pub fn hand_over(&self, handle: &File, path: &Path) -> Result<(), EmbeddedError> {
         if self.switch {
-            nix::unistd::chown(path, Some(self.uid), Some(self.gid))
-                .map_err(|errno| io_error("change owner of", path)(errno.into()))?;
+            std::os::unix::fs::fchown(handle, Some(self.uid.as_raw()), Some(self.gid.as_raw()))
+                .map_err(io_error("change owner of", path))?;
         }
         Ok(())
+    }
+
+    /// Whether process `pid` runs as this account (the owner of
+    /// `/proc/<pid>`: its effective uid). A pid read from a file the account can write is trusted
+    /// only as far as this: signalling it then does nothing the account
+    /// could not do itself.
+    pub fn runs(&self, pid: Pid) -> bool {
+        std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|meta| meta.uid() == self.uid.as_raw())
     }
 
     /// Fails clearly if this account cannot search every ancestor of `dir`
@@ -69,7 +99,7 @@ impl ServerUser {
         if !self.switch {
             return Ok(());
         }
-        for ancestor in dir.ancestors().skip(1) {
+        for ancestor in dir.ancestors() {
             let meta = std::fs::metadata(ancestor).map_err(io_error("inspect", ancestor))?;
             let bit = if meta.uid() == self.uid.as_raw() {
                 0o100

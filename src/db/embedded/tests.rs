@@ -1,6 +1,6 @@
 //! Real `initdb` and `postgres` processes in temporary directories.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use sqlx::{Connection, PgConnection};
@@ -201,4 +201,161 @@ fn the_highest_installed_version_is_preferred() {
     let search = Search { versioned_root: root.path().to_path_buf(), ..Search::default() };
     let found = binaries::find(&search).expect("found");
     assert_eq!(found.postgres, root.path().join("15/bin/postgres"));
+}
+
+/// The server account, when we are root (the attacks below need two accounts).
+fn server_account() -> Option<nix::unistd::User> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    nix::unistd::User::from_name("postgres").unwrap()
+}
+
+/// Runs `program args` as `account`, as code that runs as the server
+/// account would (any database superuser's `COPY ... TO PROGRAM`).
+fn run_as(account: &nix::unistd::User, program: &str, args: &[&str]) -> std::process::ExitStatus {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new(program)
+        .args(args)
+        .uid(account.uid.as_raw())
+        .gid(account.gid.as_raw())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run a command as the server account")
+}
+
+/// A file only root may read or write, and what it holds.
+fn root_only_file(dir: &Path) -> (std::path::PathBuf, &'static str) {
+    let path = dir.join("root-only");
+    std::fs::write(&path, "root's own lines\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (path, "root's own lines\n")
+}
+
+#[tokio::test]
+async fn the_server_account_cannot_plant_anything_where_root_opens_files() {
+    let Some(postgres) = server_account() else { return };
+    let tmp = reachable_tempdir();
+    let dir = tmp.path().join("cluster");
+    let (target, content) = root_only_file(tmp.path());
+    EmbeddedPostgres::start(&dir, &test_options()).expect("start").stop().expect("stop");
+
+    // Every name root opens, creates or renames in the cluster directory:
+    // the server account can neither replace one nor add one.
+    let target_arg = target.to_str().unwrap();
+    for name in ["postgres.log", "owner.lock", "users.lock", "pgdata.initdb", "pgdata", "socket", "new"] {
+        let planted = dir.join(name);
+        let planted = planted.to_str().unwrap();
+        assert!(!run_as(&postgres, "ln", &["-sfT", target_arg, planted]).success(), "planted {name}");
+        assert!(
+            !run_as(&postgres, "mv", &["-f", planted, &format!("{planted}.moved")]).success(),
+            "moved {name}"
+        );
+    }
+
+    // The cluster still starts, writes its log, and the file is untouched.
+    let pg = EmbeddedPostgres::start(&dir, &test_options()).expect("restart");
+    pg.stop().expect("stop");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), content);
+    assert!(std::fs::read_to_string(dir.join("postgres.log")).unwrap().contains("database system is ready"));
+}
+
+#[test]
+fn a_symlink_or_a_hard_link_in_place_of_a_file_root_opens_is_refused_not_followed() {
+    if server_account().is_none() {
+        return;
+    }
+    for (name, link) in [("postgres.log", "symlink"), ("owner.lock", "symlink"), ("users.lock", "hard link")]
+    {
+        let tmp = reachable_tempdir();
+        let dir = tmp.path().join("cluster");
+        std::fs::create_dir(&dir).unwrap();
+        let (target, content) = root_only_file(tmp.path());
+        match link {
+            "symlink" => std::os::unix::fs::symlink(&target, dir.join(name)).unwrap(),
+            _ => std::fs::hard_link(&target, dir.join(name)).unwrap(),
+        }
+
+        let err = EmbeddedPostgres::start(&dir, &test_options()).expect_err("followed a link");
+        assert!(matches!(err, EmbeddedError::UnsafeFile { .. }), "{name}: {err}");
+        assert!(err.to_string().contains(name), "{err}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), content, "{name}");
+    }
+}
+
+#[test]
+fn a_socket_dir_fallback_made_first_by_another_account_is_refused_and_left_alone() {
+    let Some(postgres) = server_account() else { return };
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().expect("a nobody account");
+    for (planter, plant) in [(&postgres, "symlink"), (&nobody, "directory")] {
+        let tmp = reachable_tempdir();
+        let dir = tmp.path().join("a-directory-name-long-enough".repeat(4));
+        let fallback = super::layout::fallback_socket_dir(&dir);
+        let _cleanup = RemoveOnDrop(fallback.clone());
+        // Root's own directory, which the server account must never get.
+        let victim = tmp.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let status = match plant {
+            "symlink" => run_as(planter, "ln", &["-s", victim.to_str().unwrap(), fallback.to_str().unwrap()]),
+            _ => run_as(planter, "mkdir", &["-m", "0777", fallback.to_str().unwrap()]),
+        };
+        assert!(status.success(), "the fallback name in /tmp is anyone's to take first");
+
+        let err = EmbeddedPostgres::start(&dir, &test_options()).expect_err("used a planted socket dir");
+        assert!(matches!(err, EmbeddedError::UnsafeServerDir { .. }), "{plant}: {err}");
+        let meta = std::fs::metadata(&victim).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o700), "{plant}: the victim changed hands");
+    }
+}
+
+/// Removes what was planted in /tmp, also when the test fails.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0).or_else(|_| std::fs::remove_dir(&self.0));
+    }
+}
+
+#[test]
+fn a_forged_postmaster_pid_naming_another_accounts_process_is_neither_adopted_nor_signalled() {
+    let Some(postgres) = server_account() else { return };
+    let tmp = reachable_tempdir();
+    let dir = tmp.path().join("cluster");
+    EmbeddedPostgres::start(&dir, &test_options()).expect("start").stop().expect("stop");
+    // A root process, and a pid file the server account writes naming it, "ready".
+    let mut victim = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let forged = format!("{}\n{}\n0\n5432\n\n\n0 0\nready   \n", victim.id(), dir.display());
+    let pid_file = dir.join("pgdata/postmaster.pid");
+    let write = format!("printf '{}' > {}", forged.replace('\n', "\\n"), pid_file.display());
+    assert!(run_as(&postgres, "sh", &["-c", &write]).success());
+
+    let started = EmbeddedPostgres::start(&dir, &test_options()).map(EmbeddedPostgres::stop);
+    let untouched = victim.try_wait().unwrap().is_none();
+    let _ = victim.kill();
+    victim.wait().unwrap();
+    let err = started.expect_err("adopted a forged pid");
+    assert!(matches!(err, EmbeddedError::ForeignPostmaster { .. }), "{err}");
+    assert!(untouched, "the named process was signalled");
+}
+
+#[tokio::test]
+async fn the_server_log_quotes_nothing_of_a_payload_postgresql_refused() {
+    let tmp = reachable_tempdir();
+    let dir = tmp.path().join("cluster");
+    let pg = EmbeddedPostgres::start(&dir, &test_options()).expect("start");
+    let mut conn = PgConnection::connect_with(&pg.connect_options()).await.expect("connect");
+    // Refused with a CONTEXT line quoting the JSON ("JSON data, line 1: ...").
+    let refused = sqlx::query("SELECT $1::jsonb")
+        .bind(r#"{"canary": "payload-canary-7f3a", "bad": "\u0000"}"#)
+        .execute(&mut conn)
+        .await;
+    assert!(refused.is_err());
+    conn.close().await.expect("close");
+    pg.stop().expect("stop");
+
+    let log = std::fs::read_to_string(dir.join("postgres.log")).unwrap();
+    assert!(log.contains("unsupported Unicode escape sequence"), "the refusal is logged:\n{log}");
+    assert!(!log.contains("payload-canary-7f3a") && !log.contains("CONTEXT"), "{log}");
 }
