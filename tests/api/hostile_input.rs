@@ -512,6 +512,26 @@ fn cases() -> Vec<Case> {
             ),
             "missing or invalid X-GitHub-Event",
         ),
+        // GitHub's type is the header plus the body's action: each is
+        // named when it is the one at fault.
+        unreadable(
+            "GitHub: action of 256 bytes",
+            request_bytes(&github_raw(format!(r#"{{"action":"{}"}}"#, "a".repeat(256)).as_bytes())),
+            "action is longer than 255 bytes",
+        ),
+        unreadable(
+            "GitHub: control character in action",
+            request_bytes(&github_raw(br#"{"action":"opened\u001b"}"#)),
+            "missing or invalid action",
+        ),
+        unreadable(
+            "GitHub: X-GitHub-Event and action over 255 bytes together",
+            request_bytes(
+                &github_raw(format!(r#"{{"action":"{}"}}"#, "a".repeat(100)).as_bytes())
+                    .header("x-github-event", &"e".repeat(200)),
+            ),
+            "X-GitHub-Event.action is longer than 255 bytes",
+        ),
         unreadable(
             "deeply nested JSON (30 000 levels)",
             request_bytes(&paddle_raw(deep.as_bytes())),

@@ -206,7 +206,7 @@ fn a_data_dir_another_account_could_have_prepared_is_refused_and_left_as_it_was(
         DataDirCase {
             name: "DATA_DIR owned by the server account (as earlier versions left it)",
             needs_root: true,
-            reason: "it is owned by `postgres`, the server account (an earlier version running as root handed it over",
+            reason: "it is owned by `postgres`, the server account",
         },
         DataDirCase {
             name: "DATA_DIR owned by nobody",
