@@ -74,6 +74,11 @@ pub struct EventFilter {
     #[serde(default, deserialize_with = "parsed")]
     pub since: Option<Since>,
 
+    /// Only rows archived before then: a duration back from now (30m, 2h, 1d) or an RFC 3339 time.
+    #[arg(long)]
+    #[serde(default, deserialize_with = "parsed")]
+    pub until: Option<Since>,
+
     /// Only deliveries of this event id.
     #[arg(long)]
     #[serde(default, deserialize_with = "parsed")]
@@ -112,6 +117,7 @@ impl EventFilter {
             && self.provider.is_none()
             && self.event_type.is_none()
             && self.since.is_none()
+            && self.until.is_none()
             && self.event_id.is_none()
     }
 
@@ -132,6 +138,9 @@ impl EventFilter {
         }
         if let Some(Since(since)) = self.since {
             sql.push(format_args!(" AND {table}.created_at >= ")).push_bind(since);
+        }
+        if let Some(Since(until)) = self.until {
+            sql.push(format_args!(" AND {table}.created_at < ")).push_bind(until);
         }
         if let Some(FilterValue(event_id)) = &self.event_id {
             sql.push(format_args!(" AND {table}.event_id = ")).push_bind(event_id.clone());

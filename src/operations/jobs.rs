@@ -302,3 +302,22 @@ pub async fn replay_dead(
     }
     Ok(jobs)
 }
+
+/// Every job of event (`provider`, `event_id`), one per destination that
+/// wanted it, by destination, each with its attempts.
+#[instrument(skip_all)]
+pub async fn of_event(pool: &PgPool, provider: &str, event_id: &str) -> sqlx::Result<Vec<JobDetail>> {
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM destination_jobs WHERE event_id = $1 AND provider = $2 ORDER BY destination",
+    )
+    .bind(event_id)
+    .bind(provider)
+    .fetch_all(pool)
+    .await?;
+    let mut jobs = Vec::with_capacity(ids.len());
+    for id in ids {
+        // A job purged meanwhile is left out.
+        jobs.extend(show(pool, id).await?);
+    }
+    Ok(jobs)
+}

@@ -12,6 +12,7 @@ mod cli;
 mod concurrency;
 mod console;
 mod console_browser;
+mod console_forwarding;
 mod credits;
 mod database_harness;
 mod delivery;

@@ -7,6 +7,8 @@ use axum::response::{IntoResponse, Response};
 use super::templates;
 use crate::http::ApiError;
 use crate::operations::ReprocessError;
+use crate::operations::destinations::DestinationError;
+use crate::operations::jobs::ReplayError;
 
 /// A console request that failed; nothing was changed.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,18 @@ impl From<sqlx::Error> for ConsoleError {
 
 impl From<ReprocessError> for ConsoleError {
     fn from(error: ReprocessError) -> Self {
+        ConsoleError::Api(error.into())
+    }
+}
+
+impl From<DestinationError> for ConsoleError {
+    fn from(error: DestinationError) -> Self {
+        ConsoleError::Api(error.into())
+    }
+}
+
+impl From<ReplayError> for ConsoleError {
+    fn from(error: ReplayError) -> Self {
         ConsoleError::Api(error.into())
     }
 }

@@ -1,5 +1,6 @@
 //! The operator console: server-rendered pages under `/console` to see what
-//! arrived, what failed and why, and to reprocess it. Mounted, like `/admin`,
+//! arrived, what failed and why, and to reprocess it; and to see and steer
+//! forwarding (destinations, their jobs). Mounted, like `/admin`,
 //! only when `ADMIN_TOKEN` is set; signing in with that token opens a
 //! session (`session.rs`).
 //!
@@ -10,6 +11,7 @@
 
 mod actions;
 mod chart;
+mod destinations;
 mod error;
 mod pages;
 mod session;
@@ -55,6 +57,13 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/events/{id}/payload.json", get(pages::payload))
         .route("/events/{id}/reprocess", post(actions::reprocess_one))
         .route("/reprocess", get(actions::bulk_dry_run).post(actions::bulk_run))
+        .route("/destinations/{name}/pause", post(destinations::pause))
+        .route("/destinations/{name}/resume", post(destinations::resume))
+        .route(
+            "/destinations/{name}/replay-dead",
+            get(destinations::replay_dead_dry_run).post(destinations::replay_dead),
+        )
+        .route("/jobs/{id}/replay", post(destinations::replay_job))
         .route("/sign-out", post(session::sign_out))
         .layer(middleware::from_fn_with_state(state, session::require));
     let header = |name: HeaderName, value: &'static str| {

@@ -14,10 +14,15 @@ use super::session::Session;
 use super::templates::{render, serde};
 use crate::http::{AppState, UnknownFields};
 use crate::operations::page::{self, Cursor};
-use crate::operations::{EventFilter, audit, display, overview, query, side_effects};
+use crate::operations::{EventFilter, audit, destinations, display, jobs, overview, query, side_effects};
 
 /// Rows per page of the events list.
 const PAGE: u32 = 50;
+/// A forwarding job's latest attempts shown on its event's page (replays
+/// count on, so a job's attempts have no bound).
+const ATTEMPTS_SHOWN: usize = 10;
+/// Operators' latest actions on destinations shown on the overview.
+const DESTINATION_ACTIONS: u32 = 10;
 /// Most payload shown on an event's page, counted as escaped HTML; the
 /// whole of it is a link away. Keeps every page under 100 KB whatever the
 /// provider sent.
@@ -74,7 +79,7 @@ impl Filters {
         let field = |name| self.value(name);
         context! {
             status => field("status"), provider => field("provider"), type => field("type"),
-            since => field("since"), event_id => field("event_id"),
+            since => field("since"), until => field("until"), event_id => field("event_id"),
         }
     }
 }
@@ -106,6 +111,11 @@ pub async fn overview(
             activity: activity.clone(),
         })
         .collect();
+    let destinations = destinations::list(&state.pool, &state.forwarding.declaration).await?;
+    let destination_actions = match destinations.is_empty() {
+        true => Vec::new(),
+        false => audit::of_destinations(&state.pool, DESTINATION_ACTIONS).await?,
+    };
     let strips: Vec<Value> = chart::strips(&overview.per_minute)
         .into_iter()
         .map(|strip| {
@@ -118,12 +128,13 @@ pub async fn overview(
         "overview.html",
         context! {
             csrf => session.csrf_token, nav => "overview", overview => serde(&overview),
-            providers => serde(&providers), strips,
+            providers => serde(&providers), strips, destinations => serde(&destinations),
+            destination_actions => serde(&destination_actions),
         },
     )
 }
 
-/// `GET /console/events?status=&provider=&type=&since=&event_id=&cursor=`.
+/// `GET /console/events?status=&provider=&type=&since=&until=&event_id=&cursor=`.
 pub async fn events(
     State(state): State<AppState>,
     Extension(session): Extension<Session>,
@@ -151,7 +162,8 @@ pub async fn events(
 }
 
 /// `GET /console/events/{id}`: every delivery of the row's event, its
-/// payload, what it changed, and what operators did to it.
+/// payload, what it changed, its forwarding jobs, and what operators did
+/// to it.
 pub async fn event(
     State(state): State<AppState>,
     Extension(session): Extension<Session>,
@@ -164,6 +176,7 @@ pub async fn event(
     attempts.push(row.clone());
     attempts.sort_by_key(|attempt| attempt.id);
     let effects = side_effects::of_event(&state.pool, &row.event_id).await?;
+    let forwarding = jobs::of_event(&state.pool, &row.provider, &row.event_id).await?;
     let actions = audit::of_event(&state.pool, &row.provider, &row.event_id).await?;
     let pretty = serde_json::to_string_pretty(&shown.event.payload).unwrap_or_default();
     let visible = display::visible_json(&pretty);
@@ -179,6 +192,7 @@ pub async fn event(
             csrf => session.csrf_token, nav => "events", event => serde(&shown.event),
             attempts => serde(&attempts), payload, truncated, payload_bytes => pretty.len(),
             effects => serde(&effects), effects_empty, actions => serde(&actions),
+            jobs => serde(&forwarding), attempts_shown => ATTEMPTS_SHOWN,
         },
     )
 }

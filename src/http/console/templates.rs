@@ -23,7 +23,7 @@ use super::error::ConsoleError;
 use crate::operations::display;
 
 /// The templates, by name.
-const TEMPLATES: [(&str, &str); 7] = [
+const TEMPLATES: [(&str, &str); 8] = [
     ("base.html", include_str!("../../../templates/console/base.html")),
     ("sign_in.html", include_str!("../../../templates/console/sign_in.html")),
     ("error.html", include_str!("../../../templates/console/error.html")),
@@ -31,6 +31,7 @@ const TEMPLATES: [(&str, &str); 7] = [
     ("events.html", include_str!("../../../templates/console/events.html")),
     ("event.html", include_str!("../../../templates/console/event.html")),
     ("bulk.html", include_str!("../../../templates/console/bulk.html")),
+    ("replay_dead.html", include_str!("../../../templates/console/replay_dead.html")),
 ];
 
 const STYLESHEET: &str = include_str!("../../../templates/console/console.css");
@@ -49,6 +50,7 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
     });
     env.add_filter("time", time);
     env.add_filter("ago", ago);
+    env.add_filter("seconds", |seconds: f64| duration(seconds as i64));
     env.add_filter("clip", clip);
     env
 });
