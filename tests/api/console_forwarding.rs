@@ -180,9 +180,11 @@ async fn an_events_jobs_and_a_hostile_receivers_answers_show_as_text_and_a_job_i
     let app = console_forwarding_to(&receiver.url).await;
     let answer = app.send(&standard(STANDARD_SENDER, HOSTILE_ID, &standard_event(HOSTILE_TYPE))).await;
     assert!(answer.status.is_success(), "{answer:?}");
+    // Another provider's event under the same id: its job is not this event's.
+    deliver(&app, HOSTILE_ID, "ctm_1", 1).await;
     send_due(&app).await;
     let (id, job): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT id FROM webhook_events), (SELECT id FROM destination_jobs WHERE status = 'dead')",
+        "SELECT (SELECT min(id) FROM webhook_events), (SELECT min(id) FROM destination_jobs WHERE status = 'dead')",
     )
     .fetch_one(app.pool())
     .await
@@ -205,6 +207,7 @@ async fn an_events_jobs_and_a_hostile_receivers_answers_show_as_text_and_a_job_i
         .evaluate("return [...document.querySelectorAll('a')].filter(a => !a.getAttribute('href').startsWith('/console')).length")
         .await;
     assert_eq!(links, Value::from(0), "every link stays in the console");
+    assert_eq!(browser.client.find_all(Locator::Css("#forwarding .job")).await.unwrap().len(), 1, "one job");
     let heading = browser.text(&format!("#job-{job} h3")).await;
     assert!(heading.starts_with("→ app: dead") && heading.contains("1 attempt"), "{heading}");
     let attempts =
@@ -229,7 +232,7 @@ async fn an_events_jobs_and_a_hostile_receivers_answers_show_as_text_and_a_job_i
         browser.client.find(Locator::Css(&format!("#replay-{job}"))).await.is_err(),
         "pending: not replayed"
     );
-    assert_eq!(jobs(app.pool()).await, [("pending".to_string(), 1)]);
+    assert_eq!(jobs(app.pool()).await, [("pending".to_string(), 1), ("dead".to_string(), 1)]);
     assert_eq!(
         app.count("SELECT count(*) FROM console_audit WHERE action = 'replay' AND destination = 'app' AND archive_id IS NULL").await,
         1
