@@ -11,6 +11,7 @@ use fantoccini::Locator;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+use crate::support::app::Listening;
 use crate::support::browser::Browser;
 use crate::support::console::ADMIN_TOKEN;
 use crate::support::forwarding::*;
@@ -61,6 +62,16 @@ async fn console_forwarding_to(url: &str) -> TestApp {
     .await
 }
 
+/// `app` on a real socket, and a browser signed in to its console (at the
+/// base URL returned).
+async fn signed_in(app: &TestApp) -> (Listening, Browser, String) {
+    let server = app.listen().await;
+    let base = format!("http://{}", server.addr);
+    let browser = Browser::start().await;
+    browser.sign_in(&base, ADMIN_TOKEN).await;
+    (server, browser, base)
+}
+
 /// One round of destination `app`'s queue now: every due job attempted once.
 async fn send_due(app: &TestApp) {
     round(app.pool(), &queue(app, "app"), Utc::now()).await;
@@ -89,10 +100,7 @@ async fn the_overview_shows_each_destinations_health_and_pauses_resumes_and_repl
     .execute(app.pool())
     .await
     .unwrap();
-    let server = app.listen().await;
-    let base = format!("http://{}", server.addr);
-    let browser = Browser::start().await;
-    browser.sign_in(&base, ADMIN_TOKEN).await;
+    let (server, browser, base) = signed_in(&app).await;
 
     // Health: state, backlog, the oldest pending job's age, dead jobs.
     assert!(cell(&browser, "state").await.starts_with("running"));
@@ -162,9 +170,7 @@ async fn the_overview_shows_each_destinations_health_and_pauses_resumes_and_repl
 async fn without_destinations_the_overview_has_no_destinations_panel() {
     let app =
         TestApp::spawn_with(TestConfig { admin_token: Some(ADMIN_TOKEN), ..TestConfig::default() }).await;
-    let server = app.listen().await;
-    let browser = Browser::start().await;
-    browser.sign_in(&format!("http://{}", server.addr), ADMIN_TOKEN).await;
+    let (server, browser, _) = signed_in(&app).await;
     assert!(browser.client.find(Locator::Css("#destinations-table")).await.is_err());
     drop(browser);
     server.stop().await.unwrap();
@@ -189,10 +195,7 @@ async fn an_events_jobs_and_a_hostile_receivers_answers_show_as_text_and_a_job_i
     .fetch_one(app.pool())
     .await
     .unwrap();
-    let server = app.listen().await;
-    let base = format!("http://{}", server.addr);
-    let browser = Browser::start().await;
-    browser.sign_in(&base, ADMIN_TOKEN).await;
+    let (server, browser, base) = signed_in(&app).await;
 
     // The job, its attempt: number, time, duration, status and error, the
     // start of the body, all as text.
@@ -259,10 +262,7 @@ async fn the_events_list_is_filtered_by_a_time_range_held_in_the_url() {
         let id = *app.archive_ids().await.last().unwrap();
         app.age_rows(&[id], days).await;
     }
-    let server = app.listen().await;
-    let base = format!("http://{}", server.addr);
-    let browser = Browser::start().await;
-    browser.sign_in(&base, ADMIN_TOKEN).await;
+    let (server, browser, base) = signed_in(&app).await;
 
     browser.open(&format!("{base}/console/events"), "#filters").await;
     browser.fill("input[name=since]", "7d").await;

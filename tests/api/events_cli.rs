@@ -56,6 +56,29 @@ async fn list_since_takes_a_duration_back_from_now_or_a_time() {
 }
 
 #[tokio::test]
+async fn list_until_bounds_the_range_from_above_in_the_cli_and_the_admin_api() {
+    let app = TestApp::spawn_with(TestConfig {
+        admin_token: Some("admin-token-0123456789"),
+        ..TestConfig::default()
+    })
+    .await;
+    let id = four_deliveries(&app).await;
+    app.age_rows(&id[..2], 3).await;
+    app.age_rows(&id[2..3], 1).await;
+    let list = |range: &'static [&'static str]| {
+        let db = &app.db;
+        async move { ids(&cli(db, &[&["events", "list", "--json"], range].concat()).await.json_lines()) }
+    };
+
+    assert_eq!(list(&["--until", "2d"]).await, [id[1], id[0]]);
+    assert_eq!(list(&["--since", "2d", "--until", "1h"]).await, [id[2]]);
+    let admin = app.get("/admin/events?since=2d&until=1h", Some("admin-token-0123456789")).await;
+    assert_eq!(ids(admin.body["events"].as_array().unwrap()), [id[2]]);
+    let bad = app.get("/admin/events?until=tomorrow", Some("admin-token-0123456789")).await;
+    assert_eq!(bad.status, axum::http::StatusCode::BAD_REQUEST, "{:?}", bad.body);
+}
+
+#[tokio::test]
 async fn list_prints_a_table_by_default_and_json_lines_with_every_summary_column() {
     let app = TestApp::spawn().await;
     let id = four_deliveries(&app).await;
