@@ -96,6 +96,7 @@ impl ApiError {
             ApiError::ProviderDisabled(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Inbox(
                 InboxError::Unavailable(_)
+                | InboxError::StaleConnection(_)
                 | InboxError::Busy
                 | InboxError::Contended(_)
                 | InboxError::Overloaded
@@ -116,7 +117,12 @@ impl ApiError {
             ApiError::Unauthorized(_) | ApiError::BadToken(_) => "rejected",
             ApiError::HandlerFailed { .. } => "failed",
             ApiError::Inbox(InboxError::Busy | InboxError::Contended(_)) => "busy",
-            ApiError::Inbox(InboxError::Unavailable(_) | InboxError::Overloaded | InboxError::TimedOut)
+            ApiError::Inbox(
+                InboxError::Unavailable(_)
+                | InboxError::StaleConnection(_)
+                | InboxError::Overloaded
+                | InboxError::TimedOut,
+            )
             | ApiError::ProviderDisabled(_) => "unavailable",
             ApiError::Inbox(InboxError::Database(_)) | ApiError::Internal => "error",
             _ => "invalid",
@@ -131,7 +137,11 @@ impl IntoResponse for ApiError {
             ApiError::Inbox(InboxError::Database(source)) => {
                 tracing::error!(error = %source, "database error")
             }
-            ApiError::Inbox(InboxError::Unavailable(source) | InboxError::Contended(source)) => {
+            ApiError::Inbox(
+                InboxError::Unavailable(source)
+                | InboxError::StaleConnection(source)
+                | InboxError::Contended(source),
+            ) => {
                 tracing::warn!(error = %source, "{self}")
             }
             _ => {}

@@ -1,6 +1,8 @@
 //! What can go wrong around the transaction. (A handler's own failure is
 //! archived as FAILED instead, unless the database was only busy or gone.)
 
+use sqlx::postgres::{PgDatabaseError, PgSeverity};
+
 /// A delivery that was not recorded, or whose outcome is not known: never
 /// answered 2xx, so the provider retries it.
 #[derive(Debug, thiserror::Error)]
@@ -9,6 +11,12 @@ pub enum InboxError {
     /// connection broke (the outcome of what was in flight is unknown): 503.
     #[error("database unavailable")]
     Unavailable(#[source] sqlx::Error),
+    /// The delivery's first statement found its connection already broken
+    /// (a session the server ended while the worker held it idle: a restart,
+    /// a failover, `pg_terminate_backend`). Its worker runs it once more on a
+    /// fresh connection; answered like `Unavailable` if it gets this far.
+    #[error("database unavailable")]
+    StaleConnection(#[source] sqlx::Error),
     /// A concurrent delivery of the same event held the dedup row past
     /// `lock_timeout`: 503, and the provider retries.
     #[error("a concurrent delivery of the same event is still in progress")]
@@ -18,8 +26,9 @@ pub enum InboxError {
     /// statement past `statement_timeout`): 503, and the provider retries.
     #[error("the database was busy with concurrent deliveries; retry later")]
     Contended(#[source] sqlx::Error),
-    /// PostgreSQL refuses the payload as `jsonb` (e.g. a `\u0000` escape, or
-    /// nesting deeper than it allows): 400.
+    /// PostgreSQL cannot store the payload or a value read from it (a
+    /// `\u0000` escape, nesting deeper than it allows, a number beyond
+    /// `numeric`'s range): 400.
     #[error("payload cannot be stored as JSON")]
     UnstorablePayload,
     /// No delivery worker was free within the wait bound, the queue is
@@ -45,7 +54,7 @@ pub(crate) enum Failure {
     LockTimeout,
     /// Concurrency the database resolved by giving up: retry later.
     Contention,
-    /// The payload cannot be stored as `jsonb`.
+    /// The payload, or a value read from it, cannot be stored.
     Unstorable,
     /// Anything else.
     Other,
@@ -55,6 +64,8 @@ impl Failure {
     /// Classifies `error`.
     pub(crate) fn of(error: &sqlx::Error) -> Failure {
         let code = match error {
+            // A FATAL or PANIC error ends the session, whatever its code.
+            sqlx::Error::Database(db) if ends_session(db.as_ref()) => return Failure::Unavailable,
             sqlx::Error::Database(db) => db.code(),
             // Protocol: the connection's state is unknown (e.g. a statement's
             // answer that made no sense); treat it as lost.
@@ -72,22 +83,65 @@ impl Failure {
             // deadlock_detected, serialization_failure, query_canceled
             // (statement_timeout, or an operator's cancel)
             Some("40P01" | "40001" | "57014") => Failure::Contention,
-            // untranslatable_character, invalid_text_representation, statement_too_complex
-            Some("22P05" | "22P02" | "54001") => Failure::Unstorable,
+            // untranslatable_character, invalid_text_representation,
+            // statement_too_complex; and what only a value the parse let
+            // through can cause (a backstop): numeric_value_out_of_range,
+            // character_not_in_repertoire (a NUL in text),
+            // datetime_field_overflow.
+            Some("22P05" | "22P02" | "54001" | "22003" | "22021" | "22008") => Failure::Unstorable,
             // Connection exceptions; admin/crash shutdown; cannot connect now;
-            // too many connections; read-only (a standby after failover).
+            // database dropped; idle session timeout; too many connections;
+            // idle-in-transaction and transaction timeouts (the session is
+            // ended: sqlx may see them as an ERROR that arrived before the
+            // FATAL); read-only (a standby after failover).
             Some(c) if c.starts_with("08") => Failure::Unavailable,
-            Some("57P01" | "57P02" | "57P03" | "53300" | "25006") => Failure::Unavailable,
+            Some("57P01" | "57P02" | "57P03" | "57P04" | "57P05" | "53300" | "25P03" | "25P04" | "25006") => {
+                Failure::Unavailable
+            }
             _ => Failure::Other,
         }
     }
 }
 
+/// Whether PostgreSQL ended the session with this error (severity FATAL or PANIC).
+fn ends_session(error: &(dyn sqlx::error::DatabaseError + 'static)) -> bool {
+    error
+        .try_downcast_ref::<PgDatabaseError>()
+        .is_some_and(|error| matches!(error.severity(), PgSeverity::Fatal | PgSeverity::Panic))
+}
+
 impl InboxError {
-    /// `Unavailable`, for each delivery one broken connection failed
-    /// (sqlx errors do not clone).
-    pub(crate) fn connection_lost(error: &sqlx::Error) -> Self {
-        InboxError::Unavailable(sqlx::Error::Protocol(error.to_string()))
+    /// `Unavailable`, or `StaleConnection` if `error` was, for each delivery
+    /// one broken connection failed (sqlx errors do not clone).
+    pub(crate) fn connection_lost(error: &InboxError) -> Self {
+        let lost = sqlx::Error::Protocol(error.to_string());
+        match error {
+            InboxError::StaleConnection(_) => InboxError::StaleConnection(lost),
+            _ => InboxError::Unavailable(lost),
+        }
+    }
+
+    /// The error of a delivery's first statement: a lost connection there
+    /// is a stale one, which nothing of the delivery got past.
+    pub(crate) fn at_first_statement(error: sqlx::Error) -> Self {
+        match InboxError::from(error) {
+            InboxError::Unavailable(error) => InboxError::StaleConnection(error),
+            other => other,
+        }
+    }
+
+    /// A lost connection after the delivery's first statement: `Unavailable`,
+    /// never stale.
+    pub(crate) fn mid_delivery(self) -> Self {
+        match self {
+            InboxError::StaleConnection(error) => InboxError::Unavailable(error),
+            other => other,
+        }
+    }
+
+    /// Whether the connection the error came from must not be used again.
+    pub(crate) fn lost_connection(&self) -> bool {
+        matches!(self, InboxError::Unavailable(_) | InboxError::StaleConnection(_))
     }
 }
 

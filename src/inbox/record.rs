@@ -10,8 +10,15 @@ use super::{InboxError, Outcome, ToRecord, archive};
 /// Records a delivery, and its jobs if it is its event's first. Nothing can
 /// fail after the dedup insert, so one autocommitted statement is the whole
 /// transaction.
+///
+/// A lost connection is answered as stale (the statement is all there is):
+/// run again on a fresh connection, the delivery is recorded, or, if the
+/// statement did commit just before the connection broke, found a
+/// duplicate, as the provider's own retry would find it.
 pub async fn record(conn: &mut PgConnection, delivery: &ToRecord) -> Result<Outcome, InboxError> {
-    let (archive_id, first) = archive::record(conn, delivery.delivery(), delivery.forwards()).await?;
+    let (archive_id, first) = archive::record(conn, delivery.delivery(), delivery.forwards())
+        .await
+        .map_err(InboxError::at_first_statement)?;
     if first {
         delivery.forwards().committed();
     }
@@ -40,7 +47,7 @@ pub async fn record_together(
     if batch.len() > 1 {
         let members: Vec<_> = batch.iter().map(|&i| deliveries[i].delivery()).collect();
         let forwards: Vec<_> = batch.iter().map(|&i| deliveries[i].forwards()).collect();
-        match archive::record_many(conn, &members, &forwards).await.map_err(InboxError::from) {
+        match archive::record_many(conn, &members, &forwards).await.map_err(InboxError::at_first_statement) {
             Ok(recorded) => {
                 for (&i, (archive_id, first)) in batch.iter().zip(recorded) {
                     if first {
@@ -49,7 +56,7 @@ pub async fn record_together(
                     results[i] = Some(Ok(Outcome::recorded(archive_id, first)));
                 }
             }
-            Err(InboxError::Unavailable(error)) => return answer_rest(results, &error),
+            Err(lost) if lost.lost_connection() => return answer_rest(results, &lost),
             Err(cause) => {
                 let request_ids: Vec<&str> =
                     members.iter().filter_map(|delivery| delivery.request_id.as_deref()).collect();
@@ -63,22 +70,30 @@ pub async fn record_together(
             }
         }
     }
+    // Whether a statement already went out on `conn`: a connection lost
+    // after that is not stale, and the deliveries left are not run again.
+    let mut sent = batch.len() > 1;
     for (i, delivery) in deliveries.iter().enumerate() {
         if results[i].is_none() {
             match record(&mut *conn, delivery).await {
-                Err(InboxError::Unavailable(error)) => return answer_rest(results, &error),
+                Err(lost) if lost.lost_connection() && sent => {
+                    return answer_rest(results, &lost.mid_delivery());
+                }
+                Err(lost) if lost.lost_connection() => return answer_rest(results, &lost),
                 result => results[i] = Some(result),
             }
+            sent = true;
         }
     }
     results.into_iter().map(|result| result.expect("every delivery was answered")).collect()
 }
 
-/// Completes the answers once the connection is lost: the deliveries not
-/// yet answered are not known to have committed, so none of them gets a 2xx.
+/// Completes the answers once the connection is lost (`error`): the
+/// deliveries not yet answered are not known to have committed, so none of
+/// them gets a 2xx.
 fn answer_rest(
     results: Vec<Option<Result<Outcome, InboxError>>>,
-    error: &sqlx::Error,
+    error: &InboxError,
 ) -> Vec<Result<Outcome, InboxError>> {
     results
         .into_iter()

@@ -3,7 +3,10 @@
 //!
 //! Why workers instead of a pool checkout per delivery: sqlx pings every
 //! connection it takes back, a round trip that also wakes a PostgreSQL
-//! backend; a worker keeps its connection until the connection breaks.
+//! backend; a worker keeps its connection until the connection breaks. A
+//! connection kept idle may have been ended by the server meanwhile, so a
+//! worker checks one that sat idle long, and runs a delivery whose first
+//! statement found its connection broken once more on a fresh one.
 //!
 //! Why two lanes: deliveries of events without side effects are only
 //! recorded, one short statement each. Their lane has few workers, and a
@@ -27,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -55,6 +58,12 @@ const QUEUE_CAPACITY: usize = 1024;
 /// `statement_timeout` and each lock wait by `lock_timeout` on the server;
 /// this bounds the rest (a database host that stopped answering).
 const JOB_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long a worker's connection may sit idle before it is checked (one
+/// ping) before its next use. A session the server ended meanwhile (a
+/// restart, a failover, an operator) is then replaced before any delivery
+/// runs on it.
+const IDLE_CHECK_AFTER: Duration = Duration::from_secs(5);
 
 /// How long a worker keeps one connection before handing it back to the
 /// pool (which retires connections past their lifetime) for a fresh one.
@@ -241,56 +250,129 @@ impl<K: Kind> Lane<K> {
     }
 }
 
-/// One worker: takes what is queued, gives it its connection (taken from
-/// the pool on first use, after a failure, and when it has grown old), and
-/// keeps the connection.
+/// One worker: takes what is queued and runs it on its connection (see
+/// [`run_on`]). A job whose first statement found that connection broken
+/// (stale: the server ended the session while the worker held it idle)
+/// runs once more, on a fresh connection, within the same deadline, so a
+/// database restart or failover with nothing in flight costs no 503.
 async fn work<K: Kind>(shared: Arc<Shared<K>>) {
-    let mut connection: Option<(PoolConnection<Postgres>, Instant)> = None;
+    let mut held: Option<Held> = None;
     while let Some(jobs) = next(&shared).await {
         let due: Vec<Job<K>> = jobs.into_iter().filter(Job::take).collect();
         if due.is_empty() {
             continue;
         }
-        let conn = match &mut connection {
-            Some((conn, _)) => conn,
-            None => match shared.pool.acquire().await {
-                Ok(fresh) => &mut connection.insert((fresh, Instant::now())).0,
-                Err(error) => {
-                    for job in due {
-                        let _ = job.reply.send(Err(InboxError::connection_lost(&error)));
-                    }
-                    continue;
-                }
-            },
-        };
-        // A deadline, because a database that stops answering (a
-        // black-holed host) would otherwise hold the worker forever; and
-        // a panic here must not end the worker. Either way the jobs' replies
-        // are dropped (503) and the connection, in an unknown state, closed.
-        let ran = AssertUnwindSafe(tokio::time::timeout(JOB_DEADLINE, run(&shared.state, conn, due)))
-            .catch_unwind()
-            .await;
-        match (ran, connection.take()) {
-            (Ok(Ok(true)), Some((conn, taken_at))) if taken_at.elapsed() < MAX_CONNECTION_AGE => {
-                connection = Some((conn, taken_at));
-            }
-            // Old: back to the pool, which retires it (its max lifetime).
-            (Ok(Ok(true)), old) => drop(old),
-            (_, Some((mut broken, _))) => broken.close_on_drop(),
-            (_, None) => {}
+        let deadline = tokio::time::Instant::now() + JOB_DEADLINE;
+        let stale = run_on(&shared, &mut held, due, deadline, true).await;
+        if !stale.is_empty() {
+            tracing::info!(deliveries = stale.len(), "connection found broken: running again on a fresh one");
+            run_on(&shared, &mut held, stale, deadline, false).await;
         }
     }
 }
 
-/// Delivers the jobs and answers each. Returns whether the connection is
-/// still good.
-async fn run<K: Kind>(state: &K::State, conn: &mut PgConnection, jobs: Vec<Job<K>>) -> bool {
-    let results = K::run(state, conn, &jobs).await;
-    let kept = !results.iter().any(|result| matches!(result, Err(InboxError::Unavailable(_))));
-    for (job, result) in jobs.into_iter().zip(results) {
-        let _ = job.reply.send(result);
+/// A worker's connection: taken from the pool on first use, after a
+/// failure, and when it has grown old.
+struct Held {
+    conn: PoolConnection<Postgres>,
+    taken_at: Instant,
+    used_at: Instant,
+}
+
+/// Runs `jobs` on the worker's connection and answers them, but, if
+/// `retry_stale`, those a stale connection failed, which it returns. The
+/// connection is kept if it is still good, checked first if it sat idle
+/// past [`IDLE_CHECK_AFTER`], and taken from the pool if there is none (a
+/// fresh one is never stale: the pool checked it).
+async fn run_on<K: Kind>(
+    shared: &Shared<K>,
+    held: &mut Option<Held>,
+    jobs: Vec<Job<K>>,
+    deadline: tokio::time::Instant,
+    retry_stale: bool,
+) -> Vec<Job<K>> {
+    let (mut current, fresh) = match checked(held.take(), shared.max_wait).await {
+        Some(current) => (current, false),
+        None => match shared.pool.acquire().await {
+            Ok(conn) => (Held { conn, taken_at: Instant::now(), used_at: Instant::now() }, true),
+            Err(error) => {
+                let lost = InboxError::Unavailable(error);
+                for job in jobs {
+                    let _ = job.reply.send(Err(InboxError::connection_lost(&lost)));
+                }
+                return Vec::new();
+            }
+        },
+    };
+    // A deadline, because a database that stops answering (a black-holed
+    // host) would otherwise hold the worker forever; and a panic here must
+    // not end the worker. Either way the jobs' replies are dropped (503) and
+    // the connection, in an unknown state, closed.
+    let ran = AssertUnwindSafe(tokio::time::timeout_at(
+        deadline,
+        answer(&shared.state, &mut current.conn, jobs, retry_stale && !fresh),
+    ))
+    .catch_unwind()
+    .await;
+    match ran {
+        Ok(Ok((true, stale))) => {
+            if current.taken_at.elapsed() < MAX_CONNECTION_AGE {
+                current.used_at = Instant::now();
+                *held = Some(current);
+            }
+            // Old: back to the pool, which retires it (its max lifetime).
+            stale
+        }
+        Ok(Ok((false, stale))) => {
+            current.conn.close_on_drop();
+            stale
+        }
+        _ => {
+            current.conn.close_on_drop();
+            Vec::new()
+        }
     }
-    kept
+}
+
+/// The worker's connection, if it has one that is still good: one idle
+/// past [`IDLE_CHECK_AFTER`] is pinged first (bounded by `max_wait`), and
+/// closed if that fails. Under load connections never sit idle that long,
+/// so this costs no round trip there.
+async fn checked(held: Option<Held>, max_wait: Duration) -> Option<Held> {
+    let mut held = held?;
+    if held.used_at.elapsed() < IDLE_CHECK_AFTER {
+        return Some(held);
+    }
+    match tokio::time::timeout(max_wait, held.conn.ping()).await {
+        Ok(Ok(())) => Some(held),
+        _ => {
+            held.conn.close_on_drop();
+            None
+        }
+    }
+}
+
+/// Delivers the jobs and answers each, but, if `retry_stale`, those a
+/// stale connection failed, which it returns unanswered. Says whether the
+/// connection is still good.
+async fn answer<K: Kind>(
+    state: &K::State,
+    conn: &mut PgConnection,
+    jobs: Vec<Job<K>>,
+    retry_stale: bool,
+) -> (bool, Vec<Job<K>>) {
+    let results = K::run(state, conn, &jobs).await;
+    let kept = !results.iter().any(|result| result.as_ref().is_err_and(InboxError::lost_connection));
+    let mut stale = Vec::new();
+    for (job, result) in jobs.into_iter().zip(results) {
+        match result {
+            Err(InboxError::StaleConnection(_)) if retry_stale => stale.push(job),
+            result => {
+                let _ = job.reply.send(result);
+            }
+        }
+    }
+    (kept, stale)
 }
 
 /// The next jobs: waits for one, then takes whatever else is queued (up to

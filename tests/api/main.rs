@@ -37,3 +37,4 @@ mod sequences;
 mod server;
 mod startup;
 mod verification;
+mod worker_connections;

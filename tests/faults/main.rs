@@ -9,6 +9,7 @@
 mod support;
 
 mod disconnect;
+mod idle_connections;
 mod kill;
 mod logs;
 mod outbox_shutdown;

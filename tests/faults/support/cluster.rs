@@ -44,6 +44,19 @@ impl Cluster {
         tokio::task::spawn_blocking(move || server.stop()).await.unwrap().expect("stop PostgreSQL");
     }
 
+    /// Stops the server in immediate mode (SIGQUIT to the postmaster: every
+    /// server process exits at once, without a checkpoint, as after a crash;
+    /// the next start recovers from the WAL) and waits until it is gone.
+    pub async fn stop_immediately(&mut self) {
+        let pid_file = self.dir.path().join("cluster/pgdata/postmaster.pid");
+        let pid = std::fs::read_to_string(&pid_file).expect("postmaster.pid");
+        let pid: i32 = pid.lines().next().and_then(|line| line.trim().parse().ok()).expect("a pid");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGQUIT)
+            .expect("SIGQUIT");
+        // Waits for (and reaps) the exiting server; the SIGINT it also sends is ignored.
+        self.stop().await;
+    }
+
     /// Starts the stopped server again on the same data and socket.
     pub async fn restart(&mut self) {
         assert!(self.server.is_none(), "the server already runs");
