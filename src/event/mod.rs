@@ -97,17 +97,36 @@ pub fn required(value: Option<Cow<'_, str>>, field: &'static str) -> Result<Stri
 /// An event time written as RFC 3339 text in `field`.
 pub fn time_from_rfc3339(text: &str, field: &'static str) -> Result<DateTime<Utc>, EventError> {
     let time = DateTime::parse_from_rfc3339(text).map_err(|_| EventError::InvalidTimestamp(field))?;
-    Ok(time.with_timezone(&Utc))
+    storable(time.with_timezone(&Utc), field)
 }
 
 /// An event time written as seconds since the epoch in `field`.
 pub fn time_from_unix_seconds(seconds: i64, field: &'static str) -> Result<DateTime<Utc>, EventError> {
-    DateTime::from_timestamp(seconds, 0).ok_or(EventError::InvalidTimestamp(field))
+    DateTime::from_timestamp(seconds, 0)
+        .ok_or(EventError::InvalidTimestamp(field))
+        .and_then(|t| storable(t, field))
 }
 
 /// An event time written as milliseconds since the epoch in `field`.
 pub fn time_from_unix_millis(millis: i64, field: &'static str) -> Result<DateTime<Utc>, EventError> {
-    DateTime::from_timestamp_millis(millis).ok_or(EventError::InvalidTimestamp(field))
+    DateTime::from_timestamp_millis(millis)
+        .ok_or(EventError::InvalidTimestamp(field))
+        .and_then(|t| storable(t, field))
+}
+
+/// The earliest time PostgreSQL's `timestamptz` holds, 4714-11-24 BC at
+/// midnight UTC (its Julian day 0), in seconds since the epoch. Its latest,
+/// in the year 294276, lies beyond any time chrono represents.
+pub const EARLIEST_STORABLE_TIME: i64 = -210_866_803_200;
+
+/// `time`, if the archive can store it. Why checked here: an event time
+/// PostgreSQL cannot hold would fail the insert on every one of the
+/// provider's retries.
+fn storable(time: DateTime<Utc>, field: &'static str) -> Result<DateTime<Utc>, EventError> {
+    match time.timestamp() >= EARLIEST_STORABLE_TIME {
+        true => Ok(time),
+        false => Err(EventError::InvalidTimestamp(field)),
+    }
 }
 
 /// A body's `data`, owned by its event.

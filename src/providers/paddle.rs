@@ -108,7 +108,11 @@ impl<'a> Envelope<'a> {
     fn complete(self, event: Event) -> Result<Event, EventError> {
         Ok(Event {
             occurred_at: self.occurred_at.map(|t| event::time_from_rfc3339(&t, "occurred_at")).transpose()?,
-            notification_id: self.notification_id.map(Cow::into_owned),
+            // Checked like an id: it is archived as text, which holds no NUL.
+            notification_id: self
+                .notification_id
+                .map(|id| event::required(Some(id), "notification_id"))
+                .transpose()?,
             data: event::data(self.data),
             ..event
         })

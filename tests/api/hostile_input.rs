@@ -62,6 +62,14 @@ fn github_raw(body: &[u8]) -> Delivery {
     delivery.header("x-hub-signature-256", &github_signature(GITHUB_SECRETS[0], body))
 }
 
+/// `event` as a body whose `data` also holds a number beyond the range of
+/// PostgreSQL's `numeric` (which `serde_json::Value` cannot hold either).
+fn with_huge_number(event: &Value) -> Vec<u8> {
+    let body = serde_json::to_string(event).unwrap();
+    assert!(body.contains(r#""data":{"#), "{body}");
+    body.replacen(r#""data":{"#, r#""data":{"n":1e999999999,"#, 1).into_bytes()
+}
+
 /// An event body of `len` bytes exactly.
 fn event_of_len(len: usize) -> Vec<u8> {
     let head = r#"{"event_id":"evt_big","event_type":"customer.updated","pad":""#;
@@ -546,6 +554,38 @@ fn cases() -> Vec<Case> {
             "lone surrogate escape",
             request_bytes(&paddle_raw(br#"{"event_id":"evt_1","event_type":"x","data":"\ud800"}"#)),
             "payload cannot be stored as JSON",
+        ),
+        // Values the parse lets through but PostgreSQL cannot store: 400,
+        // never 500 (which the provider would retry for days).
+        unreadable(
+            "number beyond PostgreSQL's numeric range",
+            request_bytes(&paddle_raw(br#"{"event_id":"evt_1","event_type":"x","data":{"n":1e999999999}}"#)),
+            "payload cannot be stored as JSON",
+        ),
+        unreadable(
+            "number beyond PostgreSQL's numeric range (event with side effects)",
+            request_bytes(&paddle_raw(&with_huge_number(&good))),
+            "payload cannot be stored as JSON",
+        ),
+        unreadable(
+            "NUL in notification_id (Paddle)",
+            request_bytes(&paddle_raw(
+                br#"{"event_id":"evt_1","event_type":"x","notification_id":"ntf_\u0000"}"#,
+            )),
+            "missing or invalid notification_id",
+        ),
+        unreadable(
+            "Stripe created before 4714 BC (PostgreSQL's earliest time)",
+            request_bytes(&stripe_raw(br#"{"id":"evt_1","type":"invoice.paid","created":-210866803201}"#)),
+            "invalid created",
+        ),
+        unreadable(
+            "Clerk timestamp before 4714 BC (PostgreSQL's earliest time)",
+            request_bytes(&clerk_raw(
+                "msg_1",
+                br#"{"type":"user.created","timestamp":-210866803200001,"data":{"id":"user_1"}}"#,
+            )),
+            "invalid timestamp",
         ),
     ]
 }

@@ -36,5 +36,6 @@ mod reprocess;
 mod sequences;
 mod server;
 mod startup;
+mod storable_times;
 mod verification;
 mod worker_connections;
