@@ -48,6 +48,21 @@ pub struct DatabaseConfig {
     /// Longest any one statement may run (PostgreSQL statement_timeout); a delivery past it answers 503.
     #[arg(long, env = "STATEMENT_TIMEOUT_MS", default_value_t = DEFAULT_STATEMENT_TIMEOUT_MS, global = true)]
     pub statement_timeout_ms: u64,
+
+    /// Silence on a TCP connection to the database before the first keepalive probe.
+    #[arg(long, env = "DB_KEEPALIVE_IDLE_SECS", default_value_t = 10, global = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub db_keepalive_idle_secs: u64,
+
+    /// Time between unanswered keepalive probes.
+    #[arg(long, env = "DB_KEEPALIVE_INTERVAL_SECS", default_value_t = 5, global = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub db_keepalive_interval_secs: u64,
+
+    /// Unanswered keepalive probes after which a database connection is dropped (and unacknowledged data waits no longer than idle + interval × count).
+    #[arg(long, env = "DB_KEEPALIVE_COUNT", default_value_t = 3, global = true,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub db_keepalive_count: u32,
 }
 
 /// `DB_MAX_CONNECTIONS`'s help, from the numbers it depends on.

@@ -1,6 +1,7 @@
 //! The database: migrations, the connection pool and the embedded PostgreSQL default.
 
 pub mod embedded;
+pub mod keepalive;
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::config::{DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS, DatabaseConfig};
 use embedded::{EmbeddedError, EmbeddedOptions, EmbeddedPostgres, STOP_TIMEOUT};
+use keepalive::Keepalive;
 
 /// How long closing waits for connections still in use to come back.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -42,7 +44,10 @@ impl Database {
             }
         };
         let options = session_options(options, Session::of(config));
-        let pool = pool_options(config).connect_with(options).await.context("connecting to PostgreSQL")?;
+        let pool = with_keepalive(pool_options(config), &options, keepalive_of(config))
+            .connect_with(options)
+            .await
+            .context("connecting to PostgreSQL")?;
         Ok(Database { pool, embedded })
     }
 
@@ -109,6 +114,47 @@ pub fn pool_options(config: &DatabaseConfig) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(config.db_max_connections)
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+}
+
+/// The keepalive settings `config` asks for.
+pub fn keepalive_of(config: &DatabaseConfig) -> Keepalive {
+    Keepalive {
+        idle: Duration::from_secs(config.db_keepalive_idle_secs),
+        interval: Duration::from_secs(config.db_keepalive_interval_secs),
+        count: config.db_keepalive_count,
+    }
+}
+
+/// `pool` setting `keepalive` on each TCP connection it opens to the server
+/// of `options` (a unix socket has no use for it). See [`keepalive`] for why
+/// after the connection is made.
+pub fn with_keepalive(
+    pool: PgPoolOptions,
+    options: &PgConnectOptions,
+    keepalive: Keepalive,
+) -> PgPoolOptions {
+    let host = options.get_host().to_owned();
+    if options.get_socket().is_some() || host.starts_with('/') {
+        return pool;
+    }
+    let port = options.get_port();
+    pool.after_connect(move |_, _| {
+        let host = host.clone();
+        Box::pin(async move {
+            // The connection works without them: a failure here is logged, not fatal.
+            let peers: Vec<_> = match tokio::net::lookup_host((host.as_str(), port)).await {
+                Ok(peers) => peers.collect(),
+                Err(error) => {
+                    tracing::warn!(%error, %host, "resolving the database host to set TCP keepalives");
+                    return Ok(());
+                }
+            };
+            if keepalive.apply_to_sockets_to(&peers) == 0 {
+                tracing::warn!(%host, port, "found no socket to the database to set TCP keepalives on");
+            }
+            Ok(())
+        })
+    })
 }
 
 /// The bounds every database session gets.
