@@ -10,6 +10,7 @@ mod support;
 
 mod disconnect;
 mod idle_connections;
+mod keepalive;
 mod kill;
 mod logs;
 mod outbox_shutdown;
