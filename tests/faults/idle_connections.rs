@@ -75,6 +75,17 @@ async fn a_connection_idle_past_the_bound_is_checked_before_use_and_no_delivery_
     Ledger::count(&pool, &events).await.assert_exactly_once();
 }
 
+impl Outage {
+    /// For the report.
+    fn describe(self) -> &'static str {
+        match self {
+            Outage::FastRestart => "a fast restart of PostgreSQL",
+            Outage::ImmediateRestart => "an immediate restart of PostgreSQL (SIGQUIT, then crash recovery)",
+            Outage::TerminatedSessions => "pg_terminate_backend on each of its sessions",
+        }
+    }
+}
+
 async fn idle_outage(outage: Outage, fault: &str) {
     let mut cluster = Cluster::start().await;
     let mut service = Service::start(&cluster.url(), &[]).await;
@@ -96,9 +107,10 @@ async fn idle_outage(outage: Outage, fault: &str) {
         deliveries: attempts.len(),
         ledger: Some(&ledger),
         notes: format!(
-            "{WORKERS} workers each holding a connection, then {outage:?} with no request in flight; then \
+            "{WORKERS} workers each holding a connection, then {} with no request in flight; then \
              {} deliveries, 8 at a time, each sent once: {} answered 2xx at the first attempt; {} ran \
              again on a fresh connection after their first statement found theirs ended",
+            outage.describe(),
             attempts.len(),
             attempts.len() - refused.len(),
             retried(&service),
