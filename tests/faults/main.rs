@@ -1,7 +1,9 @@
 //! Fault tests: the real `webhook-inbox` binary as child processes, a real
 //! PostgreSQL, real sockets on loopback, and real faults (SIGKILL, SIGTERM,
 //! clients that vanish, PostgreSQL going away, concurrent replicas).
-//! Afterwards SQL counts what was applied: every event exactly once.
+//! Afterwards SQL counts what was applied: every event exactly once; and
+//! a receiver on loopback counts what was forwarded: every event at least
+//! once, a second time only if it was in flight at a crash.
 //!
 //! Each test prints one `RELIABILITY` line (see `--nocapture`), from which
 //! `scripts/reliability` prints the table of RELIABILITY.md.
@@ -9,6 +11,10 @@
 mod support;
 
 mod disconnect;
+mod forwarding_hang;
+mod forwarding_kill;
+mod forwarding_postgres_restart;
+mod forwarding_replicas;
 mod idle_connections;
 mod keepalive;
 mod kill;

@@ -2,7 +2,11 @@
 //! that receives forwarded events, verifies each signature with an
 //! independent Standard Webhooks implementation (the `standardwebhooks`
 //! crate, not our signer), records what arrived, and answers as told: a
-//! status (with `Retry-After`), or nothing at all until released.
+//! status (with `Retry-After`), or nothing at all until let through or
+//! released (a gate: the requests held there are provably in flight).
+//!
+//! Shared with the fault suite (`tests/faults`), whose destinations post to
+//! several paths of one receiver.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -10,9 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::http::Uri;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinHandle;
 
 /// How long a test waits for arrivals before calling it a hang.
@@ -25,13 +30,16 @@ pub enum Answer {
     Status(u16),
     /// This status with `Retry-After: <value>`.
     RetryAfter(u16, &'static str),
-    /// No answer until [`Receiver::release`] (then 200), as a hung app.
+    /// No answer until [`Receiver::let_through`] or [`Receiver::release`]
+    /// (then 200), as a hung app.
     Hang,
 }
 
 /// One request that arrived.
 #[derive(Debug, Clone)]
 pub struct Arrival {
+    /// The path it was posted to.
+    pub path: String,
     /// Every header.
     pub headers: HeaderMap,
     /// The body, byte for byte.
@@ -40,6 +48,9 @@ pub struct Arrival {
     pub verified: Result<(), String>,
     /// What was answered (200 for a released hang).
     pub answered: u16,
+    /// Whether it was held ([`Answer::Hang`]): its 200, if it came, may have
+    /// found the sender gone.
+    pub held: bool,
 }
 
 impl Arrival {
@@ -62,11 +73,15 @@ struct Shared {
     arrived: Notify,
     /// Held before answering each request, to make overlaps observable.
     hold: Mutex<Duration>,
-    /// Requests being handled, by entity (`data.id` of the body).
-    in_flight: Mutex<HashMap<String, usize>>,
-    /// The most requests of one entity handled at once.
-    most_at_once: Mutex<usize>,
+    /// Requests being handled, by path and entity (`data.id` of the body).
+    in_flight: Mutex<HashMap<(String, String), usize>>,
+    /// By path, the most requests of one entity handled at once.
+    most_at_once: Mutex<HashMap<String, usize>>,
     released: watch::Sender<bool>,
+    /// Held requests answer one per permit.
+    let_through: Semaphore,
+    /// Requests held right now.
+    held: Mutex<usize>,
 }
 
 /// The receiver; stops when dropped.
@@ -102,10 +117,12 @@ impl Receiver {
             in_flight: Mutex::default(),
             most_at_once: Mutex::default(),
             released: watch::channel(false).0,
+            let_through: Semaphore::new(0),
+            held: Mutex::default(),
         });
         let app = axum::Router::new().fallback({
             let shared = shared.clone();
-            move |headers: HeaderMap, body: Bytes| receive(shared.clone(), headers, body)
+            move |uri: Uri, headers: HeaderMap, body: Bytes| receive(shared.clone(), uri, headers, body)
         });
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -115,7 +132,12 @@ impl Receiver {
 
     /// Its URL.
     pub fn url(&self) -> String {
-        format!("http://{}/webhooks/inbox", self.addr)
+        self.url_of("/webhooks/inbox")
+    }
+
+    /// The URL of `path` on it.
+    pub fn url_of(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
     }
 
     /// The next requests get these answers, in order; then the usual one.
@@ -136,6 +158,30 @@ impl Receiver {
     /// Answers every hung request (200), and hangs no more.
     pub fn release(&self) {
         self.shared.released.send_replace(true);
+    }
+
+    /// Answers `count` hung requests (200), now or as they come.
+    pub fn let_through(&self, count: usize) {
+        self.shared.let_through.add_permits(count);
+    }
+
+    /// How many requests are held right now (hung, their sender still
+    /// connected: one that gives up or dies is no longer held).
+    pub fn held(&self) -> usize {
+        *self.shared.held.lock().unwrap()
+    }
+
+    /// Waits until `count` requests are held at once.
+    pub async fn until_held(&self, count: usize) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.held() < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{count} requests never held: {} are",
+                self.held()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Everything that arrived so far.
@@ -160,65 +206,79 @@ impl Receiver {
 
     /// The most requests about one entity it was handling at the same time.
     pub fn most_at_once_per_entity(&self) -> usize {
-        *self.shared.most_at_once.lock().unwrap()
+        self.shared.most_at_once.lock().unwrap().values().copied().max().unwrap_or_default()
+    }
+
+    /// The same, of the requests to `path` only.
+    pub fn most_at_once_per_entity_at(&self, path: &str) -> usize {
+        self.shared.most_at_once.lock().unwrap().get(path).copied().unwrap_or_default()
     }
 }
 
-async fn receive(shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn receive(shared: Arc<Shared>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let path = uri.path().to_string();
     let verified = standardwebhooks::Webhook::new(&shared.secret)
         .and_then(|webhook| webhook.verify(&body, &headers))
         .map_err(|error| error.to_string());
     let entity = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|json| json["data"]["id"].as_str().map(str::to_string));
-    let _handling = entity.map(|entity| Handling::start(&shared, entity));
+    let _handling = entity.map(|entity| Handling::start(&shared, (path.clone(), entity)));
     let answer =
         shared.script.lock().unwrap().pop_front().unwrap_or_else(|| shared.otherwise.lock().unwrap().clone());
     let hold = *shared.hold.lock().unwrap();
     if !hold.is_zero() {
         tokio::time::sleep(hold).await;
     }
-    let record = |answered: u16| {
+    let record = |answered: u16, held: bool| {
         shared.arrivals.lock().unwrap().push(Arrival {
+            path: path.clone(),
             headers: headers.clone(),
             body: body.clone(),
             verified: verified.clone(),
             answered,
+            held,
         });
         shared.arrived.notify_waiters();
     };
     match answer {
         Answer::Status(status) => {
-            record(status);
+            record(status, false);
             StatusCode::from_u16(status).unwrap().into_response()
         }
         Answer::RetryAfter(status, after) => {
-            record(status);
+            record(status, false);
             (StatusCode::from_u16(status).unwrap(), [("retry-after", after)], "slow down").into_response()
         }
         Answer::Hang => {
             // Recorded on arrival, so a test sees the hung request.
-            record(200);
+            record(200, true);
+            let _held = Held::start(&shared);
             let mut released = shared.released.subscribe();
-            let _ = released.wait_for(|released| *released).await;
+            tokio::select! {
+                _ = released.wait_for(|released| *released) => {}
+                permit = shared.let_through.acquire() => permit.unwrap().forget(),
+            }
             StatusCode::OK.into_response()
         }
     }
 }
 
 /// A request about an entity being handled, until dropped (answered, or
-/// abandoned by a client that gave up).
+/// abandoned by a client that gave up: the server drops the handler when
+/// its connection closes).
 struct Handling {
     shared: Arc<Shared>,
-    entity: String,
+    entity: (String, String),
 }
 
 impl Handling {
-    fn start(shared: &Arc<Shared>, entity: String) -> Handling {
+    fn start(shared: &Arc<Shared>, entity: (String, String)) -> Handling {
         let mut in_flight = shared.in_flight.lock().unwrap();
         let now = in_flight.entry(entity.clone()).or_default();
         *now += 1;
         let mut most = shared.most_at_once.lock().unwrap();
+        let most = most.entry(entity.0.clone()).or_default();
         *most = (*most).max(*now);
         Handling { shared: shared.clone(), entity }
     }
@@ -227,5 +287,21 @@ impl Handling {
 impl Drop for Handling {
     fn drop(&mut self) {
         *self.shared.in_flight.lock().unwrap().get_mut(&self.entity).unwrap() -= 1;
+    }
+}
+
+/// A request held, until dropped (answered, or abandoned).
+struct Held(Arc<Shared>);
+
+impl Held {
+    fn start(shared: &Arc<Shared>) -> Held {
+        *shared.held.lock().unwrap() += 1;
+        Held(shared.clone())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        *self.0.held.lock().unwrap() -= 1;
     }
 }

@@ -7,6 +7,9 @@
 #[path = "../../api/support/database.rs"]
 pub mod database;
 #[allow(dead_code)]
+#[path = "../../api/support/receiver.rs"]
+pub mod receiver;
+#[allow(dead_code)]
 #[path = "../../api/support/signing.rs"]
 pub mod signing;
 #[allow(dead_code)]
@@ -17,6 +20,7 @@ pub mod smtp;
 pub mod socket;
 
 pub mod cluster;
+pub mod forwarding;
 pub mod ledger;
 pub mod provider;
 pub mod service;
