@@ -88,11 +88,18 @@ pub async fn run(
             let destination = declaration.get(&name).with_context(|| {
                 format!("destination {name:?} is not declared in the configuration file (--config)")
             })?;
-            let result = destinations::send_test(&crate::client::build(), destination).await;
-            writeln!(out, "event_id     {}", result.event_id)?;
-            writeln!(out, "status       {}", result.status.map_or("-".into(), |s| s.to_string()))?;
-            writeln!(out, "duration_ms  {:.1}", result.duration_ms)?;
-            writeln!(out, "body         {}", table::first_line(&result.body))?;
+            let result = destinations::send_test(pool, &crate::client::build(), destination).await?;
+            table::fields(
+                out,
+                13,
+                &[
+                    ("job", format!("{} (`webhook-inbox jobs show {}`)", result.job_id, result.job_id)),
+                    ("event_id", result.event_id),
+                    ("status", result.status.map_or("-".into(), |s| s.to_string())),
+                    ("duration_ms", format!("{:.1}", result.duration_ms)),
+                    ("body", table::first_line(&result.body)),
+                ],
+            )?;
             match result.error {
                 Some(error) => anyhow::bail!("the test event was not accepted: {error}"),
                 None => Ok(()),

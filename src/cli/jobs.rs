@@ -110,9 +110,7 @@ pub async fn run(pool: &PgPool, command: JobsCommand, out: &mut dyn Write) -> an
                 ("webhook-id", detail.webhook_id.clone()),
                 ("body", format!("{} bytes (the provider's, as received)", detail.body_bytes)),
             ];
-            for (name, value) in fields {
-                writeln!(out, "{name:<16}{value}")?;
-            }
+            table::fields(out, 16, &fields)?;
             writeln!(out, "\nAttempts:")?;
             let lines: Vec<[String; 6]> = detail
                 .attempts_made
@@ -123,8 +121,8 @@ pub async fn run(pool: &PgPool, command: JobsCommand, out: &mut dyn Write) -> an
                         table::time(a.attempted_at),
                         format!("{:.1}", a.duration_ms),
                         a.status_code.map_or("-".into(), |s| s.to_string()),
-                        a.error.as_deref().map(table::first_line).unwrap_or_default(),
-                        table::first_line(&a.response_body),
+                        a.error.as_deref().map(table::cell).unwrap_or_default(),
+                        table::cell(&a.response_body),
                     ]
                 })
                 .collect();
@@ -160,9 +158,9 @@ fn write_jobs(out: &mut dyn Write, rows: &[Job]) -> std::io::Result<()> {
                 job.destination.clone(),
                 job.status.clone(),
                 job.attempts.to_string(),
-                job.provider.clone(),
-                job.event_id.clone(),
-                job.last_error.as_deref().map(table::first_line).unwrap_or_default(),
+                table::cell(&job.provider),
+                table::cell(&job.event_id),
+                job.last_error.as_deref().map(table::cell).unwrap_or_default(),
             ]
         })
         .collect();

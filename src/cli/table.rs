@@ -25,11 +25,25 @@ pub fn deliveries(out: &mut dyn Write, rows: &[ArchivedDelivery]) -> io::Result<
                 visible(&row.event_type).into_owned(),
                 visible(&row.event_id).into_owned(),
                 row.reprocess_of.map(|id| id.to_string()).unwrap_or_default(),
-                row.error_message.as_deref().map(|error| first_line(&visible(error))).unwrap_or_default(),
+                row.error_message.as_deref().map(cell).unwrap_or_default(),
             ]
         })
         .collect();
     write(out, header, &lines)
+}
+
+/// Writes one `name value` line per field, the values aligned after
+/// `width` columns, hidden characters of the values escaped: stored values
+/// come from providers and receivers (and error messages quote them), and
+/// nothing in them may drive the terminal or hide a character.
+pub fn fields(out: &mut dyn Write, width: usize, fields: &[(&str, String)]) -> io::Result<()> {
+    fields.iter().try_for_each(|(name, value)| writeln!(out, "{name:<width$}{}", visible(value)))
+}
+
+/// A stored value for a table cell: its first line, cut to
+/// [`ERROR_WIDTH`] characters, hidden characters escaped.
+pub fn cell(text: &str) -> String {
+    first_line(&visible(text))
 }
 
 /// Writes `lines` under `header`, each column as wide as its widest cell.

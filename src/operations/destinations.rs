@@ -145,6 +145,8 @@ pub async fn resume(pool: &PgPool, declaration: &Declaration, name: &str) -> Res
 /// What a test event's attempt answered.
 #[derive(Debug, Clone, Serialize)]
 pub struct TestResult {
+    /// The job it was recorded as (`jobs show` shows it).
+    pub job_id: i64,
     /// The test event's id.
     pub event_id: String,
     /// The status of the answer, if any.
@@ -157,27 +159,66 @@ pub struct TestResult {
     pub duration_ms: f64,
 }
 
+/// Records a test event's one attempt as a job of its own, settled at once:
+/// `sent`, or `dead` (a test is never retried; `jobs replay` sends it
+/// again). The circuit breaker does not count it: an operator's probe.
+const RECORD_TEST: &str = "
+    WITH job AS (
+        INSERT INTO destination_jobs
+            (destination, provider, event_id, event_type, occurred_at, body, status, attempts,
+             last_error, next_attempt_at, sent_at)
+        VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::text IS NULL THEN 'sent' ELSE 'dead' END, 1,
+                $7, $5, CASE WHEN $7::text IS NULL THEN now() END)
+        RETURNING id
+    )
+    INSERT INTO destination_attempts
+        (attempted_at, job_id, attempt, destination, duration_ms, status_code, error, response_body)
+    SELECT $5, id, 1, $1, $8, $9, $7, $10 FROM job
+    RETURNING job_id";
+
 /// Sends `destination` a test event now, signed and shaped like a forwarded
 /// one (provider `webhook-inbox`, type `webhook-inbox.test`), outside the
-/// queue: whether paused or not, nothing is recorded, and the answer comes
-/// back here.
-pub async fn send_test(client: &reqwest::Client, destination: &Destination) -> TestResult {
+/// queue (whether paused or not), and records it like any attempt, as a job
+/// of its own ([`RECORD_TEST`]); the answer comes back here.
+#[instrument(skip_all, fields(destination = %destination.name))]
+pub async fn send_test(
+    pool: &PgPool,
+    client: &reqwest::Client,
+    destination: &Destination,
+) -> Result<TestResult, DestinationError> {
+    const PROVIDER: &str = "webhook-inbox";
+    const EVENT_TYPE: &str = "webhook-inbox.test";
     let now = Utc::now();
     let event_id = format!("test_{}", uuid::Uuid::now_v7().simple());
     let body = json!({
-        "type": "webhook-inbox.test",
+        "type": EVENT_TYPE,
         "timestamp": now.to_rfc3339(),
         "data": { "destination": destination.name, "event_id": event_id },
-    });
+    })
+    .to_string();
     let event = Outgoing {
-        provider: "webhook-inbox",
-        event_type: "webhook-inbox.test",
+        provider: PROVIDER,
+        event_type: EVENT_TYPE,
         event_id: &event_id,
         occurred_at: Some(now),
-        body: body.to_string().into(),
+        body: body.clone().into(),
         attempt: 1,
     };
     let started = std::time::Instant::now();
-    let Attempt { status, error, body, .. } = sender::send(client, destination, &event, now).await;
-    TestResult { event_id, status, error, body, duration_ms: started.elapsed().as_secs_f64() * 1000.0 }
+    let Attempt { status, error, body: answer, .. } = sender::send(client, destination, &event, now).await;
+    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let job_id = sqlx::query_scalar(RECORD_TEST)
+        .bind(&destination.name)
+        .bind(PROVIDER)
+        .bind(&event_id)
+        .bind(EVENT_TYPE)
+        .bind(now)
+        .bind(body.as_bytes())
+        .bind(error.as_deref())
+        .bind(duration_ms)
+        .bind(status.map(|s| s as i16))
+        .bind(&answer)
+        .fetch_one(pool)
+        .await?;
+    Ok(TestResult { job_id, event_id, status, error, body: answer, duration_ms })
 }

@@ -85,6 +85,43 @@ async fn the_cli_lists_pauses_resumes_tests_and_replays() {
         refused.error.as_deref(),
         Some("the test event was not accepted: HTTP 503 Service Unavailable")
     );
+    // Each test is recorded like any attempt, as a job of its own: sent, or
+    // dead (never retried).
+    let jobs = cli(&app.db, &["jobs", "list", "--destination", "app", "--json"]).await.json_lines();
+    let tests: Vec<_> = jobs.iter().filter(|job| job["event_type"] == "webhook-inbox.test").collect();
+    assert_eq!(
+        tests
+            .iter()
+            .map(|job| (job["status"].as_str().unwrap(), job["attempts"].as_i64()))
+            .collect::<Vec<_>>(),
+        [("dead", Some(1)), ("sent", Some(1))]
+    );
+    let shown = cli(&app.db, &["jobs", "show", &tests[0]["id"].to_string()]).await.ok();
+    assert!(
+        shown.contains("HTTP 503 Service Unavailable") && shown.contains("webhook-inbox.test"),
+        "{shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_list_and_show_escape_what_providers_and_receivers_sent() {
+    let receiver = Receiver::start(SECRET).await;
+    let (app, _) = app_forwarding_to(&receiver).await;
+    // The receiver's answer drives terminals: ESC [2J clears the screen.
+    receiver.answer_next([Answer::Body(500, "\u{1b}[2Jall is well")]);
+    // An event id with U+202E (right-to-left override) and U+200B (zero
+    // width space), as JSON escapes: signed by the provider, stored as sent.
+    deliver(&app, "evt_\\u202eA\\u200b", "ctm_1", 1).await;
+    until_settled(app.pool()).await;
+
+    let listed = cli(&app.db, &["jobs", "list"]).await.ok();
+    let id: i64 = sqlx::query_scalar("SELECT id FROM destination_jobs").fetch_one(app.pool()).await.unwrap();
+    let shown = cli(&app.db, &["jobs", "show", &id.to_string()]).await.ok();
+    for output in [&listed, &shown] {
+        assert!(output.contains("evt_\\u{202e}A\\u{200b}"), "{output}");
+        assert!(!output.contains('\u{202e}') && !output.contains('\u{200b}'), "{output:?}");
+    }
+    assert!(shown.contains("\\u{1b}[2Jall is well") && !shown.contains('\u{1b}'), "{shown:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,6 +185,8 @@ async fn the_admin_api_shows_destinations_and_jobs_and_replays() {
 
     let tested = app.post_json("/admin/destinations/app/test", Some(TOKEN), &json!({})).await;
     assert_eq!((tested.status, &tested.body["status"]), (StatusCode::OK, &json!(200)));
+    let job = app.get(&format!("/admin/jobs/{}", tested.body["job_id"]), Some(TOKEN)).await;
+    assert_eq!(job.body["attempts_made"][0]["status_code"], 200, "the test is recorded as a job");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,11 +51,7 @@ pub async fn run(pool: &PgPool, args: ShowArgs, out: &mut dyn Write) -> anyhow::
             event.event_applied_at.map_or_else(|| "no".into(), |at| format!("yes, {}", table::time(at))),
         ),
     ];
-    // Stored values come from providers (and error messages quote them):
-    // nothing in them may drive the terminal or hide a character.
-    for (name, value) in fields {
-        writeln!(out, "{name:<18}{}", display::visible(&value))?;
-    }
+    table::fields(out, 18, &fields)?;
     writeln!(out, "payload:\n{}", display::visible_json(&serde_json::to_string_pretty(&event.payload)?))?;
     if shown.other_deliveries.is_empty() {
         writeln!(out, "\nNo other delivery of this event is archived.")?;

@@ -44,15 +44,15 @@ pub async fn resume(
     Ok(Json(json!({ "destination": name, "paused": false })))
 }
 
-/// `POST /admin/destinations/{name}/test`: a signed test event, sent now;
-/// 200 with the answer whatever it was.
+/// `POST /admin/destinations/{name}/test`: a signed test event, sent now
+/// and recorded as a job; 200 with the answer whatever it was.
 pub async fn test(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<TestResult>, ApiError> {
     let destination =
         state.forwarding.declaration.get(&name).ok_or_else(|| ApiError::DestinationNotFound(name.clone()))?;
-    Ok(Json(destinations::send_test(&state.forwarding.client, destination).await))
+    Ok(Json(destinations::send_test(&state.pool, &state.forwarding.client, destination).await?))
 }
 
 /// The query of `GET /admin/jobs`: the filters, then the page.

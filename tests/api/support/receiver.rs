@@ -28,6 +28,8 @@ const WAIT: Duration = Duration::from_secs(60);
 pub enum Answer {
     /// This status, empty body.
     Status(u16),
+    /// This status with this body.
+    Body(u16, &'static str),
     /// This status with `Retry-After: <value>`.
     RetryAfter(u16, &'static str),
     /// No answer until [`Receiver::let_through`] or [`Receiver::release`]
@@ -245,6 +247,10 @@ async fn receive(shared: Arc<Shared>, uri: Uri, headers: HeaderMap, body: Bytes)
         Answer::Status(status) => {
             record(status, false);
             StatusCode::from_u16(status).unwrap().into_response()
+        }
+        Answer::Body(status, text) => {
+            record(status, false);
+            (StatusCode::from_u16(status).unwrap(), text).into_response()
         }
         Answer::RetryAfter(status, after) => {
             record(status, false);
