@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics::{Counter, Gauge, Histogram, Recorder};
 use metrics_exporter_prometheus::PrometheusRecorder;
 
+use super::registry::{METADATA, Named, labelled};
 use crate::providers::SignatureError;
 
 pub(super) const DELIVERIES: &str = "webhook_deliveries_total";
@@ -41,7 +42,7 @@ fn reason_index(error: &SignatureError) -> usize {
 
 /// One provider's handles.
 pub struct ProviderMetrics {
-    pub(super) name: String,
+    name: String,
     outcomes: Vec<Counter>,
     rejections: Vec<Counter>,
     /// Rejections since startup, for the console (a counter handle cannot be read).
@@ -53,14 +54,15 @@ pub struct ProviderMetrics {
     silence: Gauge,
 }
 
+impl Named for ProviderMetrics {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 impl ProviderMetrics {
     pub(super) fn register(recorder: &PrometheusRecorder, name: &str) -> Self {
-        const METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
-        let key = |metric: &'static str, extra: Option<(&'static str, &'static str)>| {
-            let mut labels = vec![Label::new("provider", name.to_string())];
-            labels.extend(extra.map(|(k, v)| Label::from_static_parts(k, v)));
-            Key::from_parts(metric, labels)
-        };
+        let key = |metric, extra| labelled("provider", name, metric, extra);
         ProviderMetrics {
             name: name.to_string(),
             outcomes: OUTCOMES

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics::{Counter, Gauge, Histogram, Recorder};
 use metrics_exporter_prometheus::PrometheusRecorder;
 use sqlx::PgPool;
 
+use super::registry::{METADATA, Named, labelled};
 pub(super) const ATTEMPTS: &str = "webhook_destination_attempts_total";
 pub(super) const ATTEMPT_DURATION: &str = "webhook_destination_attempt_duration_seconds";
 pub(super) const JOBS: &str = "webhook_destination_jobs";
@@ -21,11 +22,9 @@ pub const ATTEMPT_OUTCOMES: [&str; 5] = ["sent", "http_error", "gone", "timeout"
 /// current state is 1, the others 0.
 const STATES: [&str; 5] = ["running", "paused", "disabled", "circuit_open", "circuit_half_open"];
 
-const METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
-
 /// One destination's handles.
 pub struct DestinationMetrics {
-    pub(super) name: String,
+    name: String,
     attempts: Vec<Counter>,
     duration: Histogram,
     pending: Gauge,
@@ -34,13 +33,15 @@ pub struct DestinationMetrics {
     states: Vec<Gauge>,
 }
 
+impl Named for DestinationMetrics {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 impl DestinationMetrics {
     pub(super) fn register(recorder: &PrometheusRecorder, name: &str) -> Self {
-        let key = |metric: &'static str, extra: Option<(&'static str, &'static str)>| {
-            let mut labels = vec![Label::new("destination", name.to_string())];
-            labels.extend(extra.map(|(k, v)| Label::from_static_parts(k, v)));
-            Key::from_parts(metric, labels)
-        };
+        let key = |metric, extra| labelled("destination", name, metric, extra);
         let gauge = |metric, extra| recorder.register_gauge(&key(metric, extra), &METADATA);
         DestinationMetrics {
             name: name.to_string(),

@@ -7,8 +7,9 @@
 mod database;
 mod deliveries;
 mod destinations;
+mod registry;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -19,6 +20,7 @@ use sqlx::PgPool;
 use database::DatabaseGauges;
 pub use deliveries::ProviderMetrics;
 pub use destinations::{ATTEMPT_OUTCOMES, DestinationMetrics};
+use registry::{METADATA, Registry};
 
 /// How often recorded histogram samples are folded into their buckets when
 /// nobody scrapes (scrapes do it too), so memory stays bounded.
@@ -44,8 +46,8 @@ const LAG_BUCKETS: [f64; 12] =
 pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
-    providers: RwLock<Vec<Arc<ProviderMetrics>>>,
-    destinations: RwLock<Vec<Arc<DestinationMetrics>>>,
+    providers: Registry<ProviderMetrics>,
+    destinations: Registry<DestinationMetrics>,
     database: DatabaseGauges,
 }
 
@@ -68,12 +70,14 @@ impl Metrics {
             .expect("non-empty buckets")
             .build_recorder();
         describe(&recorder);
+        let registered = Registry::default();
+        for name in providers {
+            registered.get(name, || ProviderMetrics::register(&recorder, name));
+        }
         let metrics = Arc::new(Metrics {
             handle: recorder.handle(),
-            providers: RwLock::new(
-                providers.iter().map(|name| Arc::new(ProviderMetrics::register(&recorder, name))).collect(),
-            ),
-            destinations: RwLock::default(),
+            providers: registered,
+            destinations: Registry::default(),
             database: DatabaseGauges::register(&recorder),
             recorder,
         });
@@ -83,48 +87,25 @@ impl Metrics {
 
     /// The handles of provider `name`, registered on first use.
     pub fn provider(&self, name: &str) -> Arc<ProviderMetrics> {
-        let find = |providers: &[Arc<ProviderMetrics>]| providers.iter().find(|p| p.name == name).cloned();
-        if let Some(found) = find(&self.providers.read().unwrap_or_else(|e| e.into_inner())) {
-            return found;
-        }
-        let mut providers = self.providers.write().unwrap_or_else(|e| e.into_inner());
-        find(&providers).unwrap_or_else(|| {
-            let registered = Arc::new(ProviderMetrics::register(&self.recorder, name));
-            providers.push(registered.clone());
-            registered
-        })
+        self.providers.get(name, || ProviderMetrics::register(&self.recorder, name))
     }
 
     /// The counter of batches of deliveries that failed together and were
     /// recorded one at a time: a regression that keeps batching from
     /// working shows here.
     pub fn batch_fallbacks(&self) -> metrics::Counter {
-        const METADATA: metrics::Metadata<'static> =
-            metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
         self.recorder.register_counter(&metrics::Key::from_static_name(BATCH_FALLBACKS), &METADATA)
     }
 
     /// The handles of destination `name`, registered on first use.
     pub fn destination(&self, name: &str) -> Arc<DestinationMetrics> {
-        let find =
-            |destinations: &[Arc<DestinationMetrics>]| destinations.iter().find(|d| d.name == name).cloned();
-        if let Some(found) = find(&self.destinations.read().unwrap_or_else(|e| e.into_inner())) {
-            return found;
-        }
-        let mut destinations = self.destinations.write().unwrap_or_else(|e| e.into_inner());
-        find(&destinations).unwrap_or_else(|| {
-            let registered = Arc::new(DestinationMetrics::register(&self.recorder, name));
-            destinations.push(registered.clone());
-            registered
-        })
+        self.destinations.get(name, || DestinationMetrics::register(&self.recorder, name))
     }
 
     /// The Prometheus text exposition, with the gauges brought up to date.
     pub async fn render(&self, pool: &PgPool) -> String {
         let now = Utc::now();
-        for provider in self.providers.read().unwrap_or_else(|e| e.into_inner()).iter() {
-            provider.refresh_silence(now);
-        }
+        self.providers.for_each(|provider| provider.refresh_silence(now));
         if self.database.refresh(pool).await {
             match tokio::time::timeout(database::QUERY_TIMEOUT, destinations::query(pool)).await {
                 Ok(Ok(rows)) => destinations::set_all(&rows, |name| self.destination(name)),

@@ -26,6 +26,9 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in the order the help lists them.
+    pub const ALL: [Status; 4] = [Status::Processed, Status::Skipped, Status::Failed, Status::Pending];
+
     /// The value stored in the column.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -42,11 +45,17 @@ impl FromStr for Status {
 
     /// Case-insensitive: `failed` and `FAILED` alike.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [Status::Pending, Status::Processed, Status::Skipped, Status::Failed]
-            .into_iter()
-            .find(|status| status.as_str().eq_ignore_ascii_case(text))
-            .ok_or_else(|| format!("{text:?} is not one of PROCESSED, SKIPPED, FAILED, PENDING"))
+        one_of(text, &Status::ALL, |status| status.as_str())
     }
+}
+
+/// The one of `values` whose stored text (`text_of`) is `text`, whatever
+/// its case; or an answer that lists them.
+pub fn one_of<T: Copy>(text: &str, values: &[T], text_of: impl Fn(T) -> &'static str) -> Result<T, String> {
+    values.iter().copied().find(|value| text_of(*value).eq_ignore_ascii_case(text)).ok_or_else(|| {
+        let listed: Vec<&str> = values.iter().map(|value| text_of(*value)).collect();
+        format!("{text:?} is not one of {}", listed.join(", "))
+    })
 }
 
 /// Conditions on archive rows; every one given must hold. Command-line

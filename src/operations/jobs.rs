@@ -1,9 +1,6 @@
 //! What operators do with forwarding jobs: list them, show one with its
 //! attempts, replay one, or every dead job of a destination in a time range.
 
-use std::fmt;
-use std::str::FromStr;
-
 use chrono::{DateTime, Utc};
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -13,46 +10,7 @@ use tracing::instrument;
 use super::age::Since;
 use super::filter::parsed;
 use crate::destinations::signer::message_id;
-
-/// A job's `status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobStatus {
-    /// Waiting to be sent, or to be tried again.
-    Pending,
-    /// The destination answered 2xx.
-    Sent,
-    /// Given up after the retry schedule.
-    Dead,
-}
-
-impl JobStatus {
-    /// The value stored in the column.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Pending => "pending",
-            JobStatus::Sent => "sent",
-            JobStatus::Dead => "dead",
-        }
-    }
-}
-
-impl FromStr for JobStatus {
-    type Err = String;
-
-    /// Case-insensitive.
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [JobStatus::Pending, JobStatus::Sent, JobStatus::Dead]
-            .into_iter()
-            .find(|status| status.as_str().eq_ignore_ascii_case(text))
-            .ok_or_else(|| format!("{text:?} is not one of pending, sent, dead"))
-    }
-}
-
-impl fmt::Display for JobStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::queue::Status;
 
 /// Conditions on jobs; every one given must hold.
 #[derive(Debug, Clone, Default, Args, Deserialize)]
@@ -64,7 +22,7 @@ pub struct JobFilter {
     /// Only jobs with this status: pending, sent, dead.
     #[arg(long)]
     #[serde(default, deserialize_with = "parsed")]
-    pub status: Option<JobStatus>,
+    pub status: Option<Status>,
 
     /// Only jobs of this event id.
     #[arg(long)]
@@ -278,7 +236,7 @@ pub async fn replay_dead(
 ) -> sqlx::Result<Vec<Job>> {
     let filter = JobFilter {
         destination: Some(destination.to_string()),
-        status: Some(JobStatus::Dead),
+        status: Some(Status::Dead),
         since,
         until,
         ..JobFilter::default()

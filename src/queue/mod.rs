@@ -118,6 +118,47 @@ pub struct Failure<'a> {
     pub retry_after: Option<Duration>,
 }
 
+/// A queue row's `status`: the one list of the values every queue table
+/// stores (`sql.rs`), and that operators filter jobs by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Waiting to be sent, or to be tried again.
+    Pending,
+    /// Sent: the other side accepted it.
+    Sent,
+    /// Given up after the retry schedule.
+    Dead,
+}
+
+impl Status {
+    /// Every status, in the order a row goes through them.
+    pub const ALL: [Status; 3] = [Status::Pending, Status::Sent, Status::Dead];
+
+    /// The value stored in the column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Sent => "sent",
+            Status::Dead => "dead",
+        }
+    }
+}
+
+impl std::str::FromStr for Status {
+    type Err = String;
+
+    /// Case-insensitive.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        crate::operations::one_of(text, &Status::ALL, |status| status.as_str())
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A row's state after a send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -131,11 +172,11 @@ pub enum Outcome {
 
 impl Outcome {
     /// The row's `status` after it.
-    pub fn status(self) -> &'static str {
+    pub fn status(self) -> Status {
         match self {
-            Outcome::Sent => "sent",
-            Outcome::Retry(_) => "pending",
-            Outcome::Dead => "dead",
+            Outcome::Sent => Status::Sent,
+            Outcome::Retry(_) => Status::Pending,
+            Outcome::Dead => Status::Dead,
         }
     }
 

@@ -83,7 +83,7 @@ pub fn bind_record<'q, J: Job, A: Attempt>(
     query
         .bind(done.iter().map(|d| d.job.id()).collect::<Vec<_>>())
         .bind(done.iter().map(|d| d.job.claim_token()).collect::<Vec<_>>())
-        .bind(done.iter().map(|d| d.outcome.status()).collect::<Vec<_>>())
+        .bind(done.iter().map(|d| d.outcome.status().as_str()).collect::<Vec<_>>())
         .bind(done.iter().map(Done::error).collect::<Vec<_>>())
         .bind(
             done.iter()

@@ -10,7 +10,7 @@ use webhook_inbox::destinations::{Declaration, Forwarding};
 use webhook_inbox::event::Event;
 use webhook_inbox::inbox::{Effects, InboxError, Outcome, Routed, Source, ToRecord, record_together};
 
-use crate::support::app::send;
+use crate::support::app::processed_at_once;
 use crate::support::forwarding::*;
 use crate::support::*;
 
@@ -22,26 +22,10 @@ async fn job_keys(app: &TestApp) -> Vec<(String, String)> {
         .unwrap()
 }
 
-/// Sends `delivery` `copies` times at once (a barrier releases them together);
-/// returns how many were answered `processed`.
+/// Sends `delivery` `copies` times at once; returns how many were answered
+/// `processed`.
 async fn at_once(app: &TestApp, delivery: &Delivery, copies: usize) -> usize {
-    let barrier = Arc::new(tokio::sync::Barrier::new(copies));
-    let tasks: Vec<_> = (0..copies)
-        .map(|_| {
-            let (router, barrier, delivery) = (app.router.clone(), barrier.clone(), delivery.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                send(&router, &delivery).await
-            })
-        })
-        .collect();
-    let mut processed = 0;
-    for task in tasks {
-        let answer = task.await.unwrap();
-        assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
-        processed += usize::from(answer.body["status"] == "processed");
-    }
-    processed
+    processed_at_once(vec![(app.router.clone(), delivery.clone()); copies]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

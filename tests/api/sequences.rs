@@ -3,7 +3,6 @@
 //! delivery, one grant per cause, one email per cause.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -11,9 +10,8 @@ use chrono::Utc;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio::sync::Barrier;
 
-use crate::support::app::send;
+use crate::support::app::processed_at_once;
 use crate::support::events::*;
 use crate::support::outbox::worker;
 use crate::support::*;
@@ -84,24 +82,9 @@ async fn deliver_ten_times_interleaved(app: &TestApp, routers: [&Router; 2], eve
         }
         deliveries.extend(order);
     }
-    let barrier = Arc::new(Barrier::new(deliveries.len()));
-    let tasks: Vec<_> = deliveries
-        .into_iter()
-        .enumerate()
-        .map(|(i, delivery)| {
-            let (router, barrier) = (routers[i % 2].clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                send(&router, &delivery).await
-            })
-        })
-        .collect();
-    let mut processed = 0;
-    for task in tasks {
-        let answer = task.await.unwrap();
-        assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
-        processed += usize::from(answer.body["status"] == "processed");
-    }
+    let sends =
+        deliveries.into_iter().enumerate().map(|(i, delivery)| (routers[i % 2].clone(), delivery)).collect();
+    let processed = processed_at_once(sends).await;
     assert_eq!(processed, events.len());
     assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, events.len() as i64);
 }

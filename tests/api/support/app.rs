@@ -285,6 +285,30 @@ pub async fn send(router: &Router, delivery: &Delivery) -> Answer {
     request_to(router, request.body(Body::from(delivery.body.clone())).unwrap()).await
 }
 
+/// Sends each `(router, delivery)` at the same moment (a barrier releases
+/// them together); checks each is answered 200, and returns how many were
+/// answered `processed` (the others: duplicates).
+pub async fn processed_at_once(sends: Vec<(Router, Delivery)>) -> usize {
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(sends.len()));
+    let tasks: Vec<_> = sends
+        .into_iter()
+        .map(|(router, delivery)| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                send(&router, &delivery).await
+            })
+        })
+        .collect();
+    let mut processed = 0;
+    for task in tasks {
+        let answer = task.await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+        processed += usize::from(answer.body["status"] == "processed");
+    }
+    processed
+}
+
 /// Sends `request` to `router` in-process; the body is read as JSON (`Null` if it is not).
 pub async fn request_to(router: &Router, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
