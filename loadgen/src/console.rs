@@ -1,11 +1,13 @@
 //! `loadgen console`: the console's pages on an archive of a million rows.
 //!
-//! Starts the service with `ADMIN_TOKEN` on its embedded PostgreSQL, fills
-//! the archive in SQL (a retention period of traffic: rows spread over 90
-//! days, three providers, a few FAILED), signs in as a browser would, then
-//! times each page from request to last byte over loopback, one request at
-//! a time, and writes the table into bench/RESULTS.md between
-//! `<!-- console:start -->` and `<!-- console:end -->`.
+//! Starts the service with `ADMIN_TOKEN` and two destinations (paused, so
+//! nothing is sent) on its embedded PostgreSQL, fills the archive in SQL (a
+//! retention period of traffic: rows spread over 90 days, three providers,
+//! a few FAILED) and the destinations' jobs and attempts, signs in as a
+//! browser would, then times each page from request to last byte over
+//! loopback, one request at a time, and writes the table into
+//! bench/RESULTS.md between `<!-- console:start -->` and
+//! `<!-- console:end -->`.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -17,9 +19,26 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::pgbench::psql;
+use crate::results::replace_between;
 use crate::service::Service;
 
 const ADMIN_TOKEN: &str = "console-bench-admin-token-0123456789";
+
+/// Two destinations, at a loopback port nobody listens on; paused before
+/// any job exists, so the service never sends.
+const DESTINATIONS: &str = r#"
+[[destinations]]
+name = "billing-app"
+url = "http://127.0.0.1:9/webhooks/inbox"
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+events = ["paddle:*", "clerk:*", "stripe:*"]
+
+[[destinations]]
+name = "analytics"
+url = "http://127.0.0.1:9/events"
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+events = ["paddle:*", "clerk:*", "stripe:*"]
+"#;
 
 /// How the measurement runs.
 #[derive(Debug, Args)]
@@ -54,6 +73,8 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&work)?;
     let data_dir = work.join("pg");
     let conninfo = format!("host={} port=5432 user=postgres dbname=postgres", data_dir.display());
+    let config = work.join("destinations.toml");
+    std::fs::write(&config, DESTINATIONS)?;
     let env = [
         ("PADDLE_WEBHOOK_SECRET", "pdl_ntfset_bench_secret".to_string()),
         ("CLERK_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_string()),
@@ -61,12 +82,14 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         ("ADMIN_TOKEN", ADMIN_TOKEN.to_string()),
         ("DATA_DIR", data_dir.display().to_string()),
         ("ARCHIVE_RETENTION_DAYS", "0".to_string()),
+        ("CONFIG_FILE", config.display().to_string()),
     ];
     eprintln!("starting the service ...");
     let service = Service::start(&args.service, &env, &work.join("service.log")).await?;
     let version = psql(&conninfo, "SHOW server_version")?;
     eprintln!("filling the archive with {} rows over {} days ...", args.rows, args.days);
     let started = Instant::now();
+    psql(&conninfo, "UPDATE destinations SET paused_at = now()")?;
     fill(&conninfo, args.rows, args.days)?;
     let fill_secs = started.elapsed().as_secs_f64();
     let facts = psql(
@@ -74,10 +97,18 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         "SELECT (SELECT count(*) FROM webhook_events) || ' ' ||
                 (SELECT count(*) FROM webhook_events WHERE created_at > now() - interval '1 day') || ' ' ||
                 (SELECT count(*) FROM webhook_events WHERE processing_status = 'FAILED') || ' ' ||
-                pg_size_pretty(pg_total_relation_size('webhook_events'))",
+                pg_size_pretty(pg_total_relation_size('webhook_events')) || ' ' ||
+                (SELECT count(*) FROM destination_jobs) || ' ' ||
+                (SELECT count(*) FROM destination_jobs WHERE status = 'dead') || ' ' ||
+                (SELECT count(*) FROM destination_attempts)",
     )?;
     let failed_id = psql(&conninfo, "SELECT max(id) FROM webhook_events WHERE processing_status = 'FAILED'")?;
     let event_id = psql(&conninfo, "SELECT event_id FROM webhook_events WHERE id = 500000")?;
+    let forwarded_id = psql(
+        &conninfo,
+        "SELECT max(w.id) FROM webhook_events w JOIN destination_jobs j USING (provider, event_id)
+         WHERE j.status = 'dead'",
+    )?;
 
     let session = sign_in(service.addr).await?;
     let first_page = get(service.addr, "/console/events", &session).await?;
@@ -95,7 +126,11 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         ("events, a rare type", "/console/events?type=customer.updated".into()),
         ("events, provider stripe, since 7d", "/console/events?provider=stripe&since=7d".into()),
         ("events, one event id", format!("/console/events?event_id={event_id}")),
+        ("events, until 30d", "/console/events?until=30d".into()),
+        ("events, since 7d until 6d", "/console/events?since=7d&until=6d".into()),
         ("one event (FAILED)", format!("/console/events/{failed_id}")),
+        ("one event with 2 dead forwarding jobs", format!("/console/events/{forwarded_id}")),
+        ("replay dead jobs dry run, billing-app", "/console/destinations/billing-app/replay-dead".into()),
         (
             "bulk reprocess dry run, paddle FAILED 1d",
             "/console/reprocess?provider=paddle&status=FAILED&since=1d".into(),
@@ -156,9 +191,34 @@ fn fill(conninfo: &str, rows: u64, days: u64) -> anyhow::Result<()> {
              ON CONFLICT DO NOTHING;"
         ),
     )?;
-    // VACUUM cannot run in the multi-statement transaction above.
-    psql(conninfo, "VACUUM ANALYZE webhook_events")?;
-    psql(conninfo, "VACUUM ANALYZE processed_webhook_events")?;
+    // Every tenth applied event forwarded to both destinations: sent, one
+    // in a thousand dead after three attempts, the last hour's pending.
+    psql(
+        conninfo,
+        "INSERT INTO destination_jobs (destination, provider, event_id, event_type, occurred_at, body, status,
+                                       attempts, last_error, next_attempt_at, created_at, sent_at)
+         SELECT d.name, w.provider, w.event_id, w.event_type, w.created_at, convert_to(w.payload::text, 'UTF8'),
+                s.status, CASE s.status WHEN 'dead' THEN 3 WHEN 'sent' THEN 1 ELSE 0 END,
+                CASE WHEN s.status = 'dead' THEN 'HTTP 500 Internal Server Error' END,
+                w.created_at, w.created_at, CASE WHEN s.status = 'sent' THEN w.created_at END
+         FROM webhook_events w
+         CROSS JOIN (VALUES ('billing-app'), ('analytics')) d(name)
+         CROSS JOIN LATERAL (SELECT CASE WHEN w.id % 1000 = 10 THEN 'dead'
+                                         WHEN w.created_at > now() - interval '1 hour' THEN 'pending'
+                                         ELSE 'sent' END AS status) s
+         WHERE w.id % 10 = 0 AND w.processing_status = 'PROCESSED';
+         INSERT INTO destination_attempts (attempted_at, job_id, attempt, destination, duration_ms, status_code,
+                                           error, response_body)
+         SELECT j.created_at + make_interval(mins => n), j.id, n, j.destination, 10.0 + n,
+                CASE WHEN j.status = 'sent' THEN 200 ELSE 500 END,
+                CASE WHEN j.status = 'dead' THEN 'HTTP 500 Internal Server Error' END,
+                CASE WHEN j.status = 'sent' THEN '{\"ok\":true}' ELSE repeat('<p>upstream unavailable</p>', 38) END
+         FROM destination_jobs j, generate_series(1, j.attempts) n;",
+    )?;
+    // VACUUM cannot run in the multi-statement transactions above.
+    for table in ["webhook_events", "processed_webhook_events", "destination_jobs", "destination_attempts"] {
+        psql(conninfo, &format!("VACUUM ANALYZE {table}"))?;
+    }
     Ok(())
 }
 
@@ -254,7 +314,8 @@ fn render(
     writeln!(
         md,
         "Measured {date} on {cores} cores, PostgreSQL {version}, service at commit {commit}: an archive of {} rows \
-         ({} {}, filled in {fill_secs:.0} s) spread over {} days, {} of them in the last 24 hours, {} FAILED. \
+         ({} {}, filled in {fill_secs:.0} s) spread over {} days, {} of them in the last 24 hours, {} FAILED; \
+         two destinations (paused) with {} forwarding jobs, {} of them dead, and {} attempts. \
          Each page requested {} times after 5 untimed requests, one at a time over loopback, on a new connection; \
          the time is from the request to the answer's last byte (database reads, rendering, transfer). \
          Load average of the machine (1 min): {load}.\n",
@@ -264,6 +325,9 @@ fn render(
         args.days,
         facts.get(1).unwrap_or(&"?"),
         facts.get(2).unwrap_or(&"?"),
+        facts.get(5).unwrap_or(&"?"),
+        facts.get(6).unwrap_or(&"?"),
+        facts.get(7).unwrap_or(&"?"),
         args.samples,
     )?;
     writeln!(md, "| page | request | size (KB) | median (ms) | p95 (ms) | max (ms) | under 50 ms (p95) |")?;
@@ -285,25 +349,11 @@ fn render(
     Ok(md)
 }
 
-const START: &str = "<!-- console:start -->";
-const END: &str = "<!-- console:end -->";
+const MARKERS: (&str, &str) = ("<!-- console:start -->", "<!-- console:end -->");
 
-/// Replaces the text between the markers in `path`, appending a section
-/// with them when the file has none.
+/// Replaces the text between the console markers in `path`.
 fn write_section(path: &std::path::Path, markdown: &str) -> anyhow::Result<()> {
-    let existing = std::fs::read_to_string(path).unwrap_or_default();
-    let updated = match existing.split_once(START) {
-        Some((before, rest)) => {
-            let (_, after) =
-                rest.split_once(END).ok_or_else(|| anyhow::anyhow!("{} lacks {END}", path.display()))?;
-            format!("{before}{START}\n{markdown}{END}{after}")
-        }
-        None => format!(
-            "{}\n## Console pages on a million-row archive\n\n`bench/console.sh` (`loadgen console`) writes this \
-             section.\n\n{START}\n{markdown}{END}\n",
-            existing.trim_end()
-        ),
-    };
+    let updated = replace_between(&std::fs::read_to_string(path)?, MARKERS, markdown, path)?;
     std::fs::write(path, updated)?;
     Ok(())
 }

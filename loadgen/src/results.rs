@@ -517,7 +517,14 @@ fn split<'a>(
     Ok((before, inside, after))
 }
 
-fn replace_between(text: &str, markers: (&str, &str), content: &str, path: &Path) -> anyhow::Result<String> {
+/// `text` with what lies between `markers` replaced by `content` (the
+/// markers kept); `path` names the file in errors.
+pub fn replace_between(
+    text: &str,
+    markers: (&str, &str),
+    content: &str,
+    path: &Path,
+) -> anyhow::Result<String> {
     let (before, _, after) = split(text, markers, path)?;
     Ok(format!("{before}{}\n{content}{}{after}", markers.0, markers.1))
 }

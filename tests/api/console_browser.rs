@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::browser::Browser;
 use crate::support::console::ADMIN_TOKEN;
+use crate::support::forwarding;
 use crate::support::*;
 
 async fn console_app() -> TestApp {
@@ -48,7 +49,15 @@ async fn a_days_traffic(app: &TestApp) {
 
 #[tokio::test]
 async fn an_operator_finds_a_failed_event_fixes_the_cause_and_reprocesses_it_to_one_effect() {
-    let app = console_app().await;
+    // A destination wanting Paddle's and Clerk's events, which nothing sends
+    // to here: the overview shows its backlog.
+    let app = TestApp::spawn_with(TestConfig {
+        admin_token: Some(ADMIN_TOKEN),
+        destinations: Some(forwarding::destination("http://127.0.0.1:9/webhooks/inbox", "")),
+        send_forwards: false,
+        ..TestConfig::default()
+    })
+    .await;
     a_days_traffic(&app).await;
     app.refuse_inserts_into("credit_grants").await;
     app.send(&paddle(&subscription_created("evt_broken", "sub_broken"))).await;
@@ -60,6 +69,8 @@ async fn an_operator_finds_a_failed_event_fixes_the_cause_and_reprocesses_it_to_
     assert_eq!(browser.text("#unapplied-failed .number").await, "1");
     assert!(browser.text("#provider-paddle").await.contains("ago"), "the time since paddle's last delivery");
     assert_eq!(browser.client.find_all(fantoccini::Locator::Css("#chart svg path")).await.unwrap().len(), 3);
+    let jobs = app.count("SELECT count(*) FROM destination_jobs WHERE status = 'pending'").await;
+    assert_eq!(browser.text("#destination-app td.pending").await, jobs.to_string());
     keep_screenshot("console-overview", &browser.screenshot().await);
 
     // The FAILED event is listed with its error.
@@ -90,6 +101,8 @@ async fn an_operator_finds_a_failed_event_fixes_the_cause_and_reprocesses_it_to_
     assert!(attempts.contains("FAILED") && attempts.contains("PROCESSED"), "{attempts}");
     let audit = browser.text("#audit").await;
     assert!(audit.contains("console session") && audit.contains("reprocess"), "{audit}");
+    let job = browser.text("#forwarding .job h3").await;
+    assert!(job.starts_with("→ app: pending"), "applied now, so forwarded: {job}");
     keep_screenshot("console-event", &browser.screenshot().await);
 
     let grants: i64 =

@@ -21,6 +21,8 @@ use crate::operations::{audit, destinations, jobs};
 
 /// Most dead jobs one confirmation replays; the page says when more remain.
 const REPLAY_DEAD: u32 = 500;
+/// Most jobs a replay's page lists (the oldest), so it stays under 100 KB.
+const LISTED: usize = 100;
 
 /// `POST /console/destinations/{name}/pause`: nothing is sent to it until resumed.
 pub async fn pause(
@@ -82,12 +84,12 @@ pub async fn replay_dead_dry_run(
 ) -> Result<Html<String>, ConsoleError> {
     let dead = jobs::replay_dead(&state.pool, &name, None, None, REPLAY_DEAD + 1, true).await?;
     let more = dead.len() > REPLAY_DEAD as usize;
-    let dead = &dead[..dead.len().min(REPLAY_DEAD as usize)];
+    let count = dead.len().min(REPLAY_DEAD as usize);
     render(
         "replay_dead.html",
         context! {
-            csrf => session.csrf_token, nav => "overview", destination => name, jobs => serde(&dead),
-            more, limit => REPLAY_DEAD,
+            csrf => session.csrf_token, nav => "overview", destination => name, count, more,
+            jobs => serde(&dead[..count.min(LISTED)]), limit => REPLAY_DEAD,
         },
     )
 }
@@ -108,8 +110,8 @@ pub async fn replay_dead(
     render(
         "replay_dead.html",
         context! {
-            csrf => session.csrf_token, nav => "overview", destination => name, replayed => serde(&replayed),
-            limit => REPLAY_DEAD,
+            csrf => session.csrf_token, nav => "overview", destination => name, count => replayed.len(),
+            replayed => true, jobs => serde(&replayed[..replayed.len().min(LISTED)]), limit => REPLAY_DEAD,
         },
     )
 }

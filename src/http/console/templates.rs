@@ -56,7 +56,7 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
 });
 
 /// A serializable value for a template's context.
-pub fn serde(value: &impl Serialize) -> Value {
+pub fn serde<T: Serialize + ?Sized>(value: &T) -> Value {
     Value::from(Serde(value))
 }
 
