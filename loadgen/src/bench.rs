@@ -87,7 +87,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let data_dir = work.join("pg");
     let conninfo = match &args.database_url {
         Some(url) => url.clone(),
-        None => format!("host={} port=5432 user=postgres dbname=postgres", data_dir.display()),
+        // The embedded server's socket is in its folder's `socket` (src/db/embedded/layout.rs).
+        None => format!("host={} port=5432 user=postgres dbname=postgres", data_dir.join("socket").display()),
     };
     let mut env = vec![
         ("PADDLE_WEBHOOK_SECRET", PADDLE_SECRET.to_string()),
