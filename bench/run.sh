@@ -7,9 +7,16 @@
 # rewrites the results section of bench/RESULTS.md and the README's summary,
 # and adds a line to the history. Loopback only; a few minutes per run.
 # Extra arguments go to `loadgen bench` (`--runs 1 --no-write` to try a change
-# quickly; see `cargo run --release -p loadgen -- bench --help`).
+# quickly; see `cargo run --release -p loadgen -- bench --help`). Then the
+# forwarding rows (`loadgen forwarding`, alone: bench/forwarding.sh), which
+# write nothing either when `--no-write` is given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v pgbench >/dev/null || { echo "pgbench not found: install the PostgreSQL client/server package" >&2; exit 1; }
 cargo build --release --locked -p webhook-inbox -p loadgen
-exec target/release/loadgen bench "$@"
+target/release/loadgen bench "$@"
+forwarding=()
+for arg in "$@"; do
+    [ "$arg" = --no-write ] && forwarding+=(--no-write)
+done
+exec target/release/loadgen forwarding "${forwarding[@]}"

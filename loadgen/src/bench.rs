@@ -87,8 +87,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let data_dir = work.join("pg");
     let conninfo = match &args.database_url {
         Some(url) => url.clone(),
-        // The embedded server's socket is in its folder's `socket` (src/db/embedded/layout.rs).
-        None => format!("host={} port=5432 user=postgres dbname=postgres", data_dir.join("socket").display()),
+        None => crate::service::embedded_conninfo(&data_dir),
     };
     let mut env = vec![
         ("PADDLE_WEBHOOK_SECRET", PADDLE_SECRET.to_string()),
@@ -287,7 +286,7 @@ fn storm_check(conninfo: &str, events: usize, copies: usize, report: &Report) ->
 }
 
 /// The commit measured, marked when tracked files (other than the ones the benchmark writes) differ from it.
-fn commit() -> String {
+pub(crate) fn commit() -> String {
     let head = git(&["rev-parse", "--short", "HEAD"]);
     let clean = std::process::Command::new("git")
         .args(["diff", "--quiet", "HEAD", "--", ".", ":!bench/RESULTS.md", ":!README.md"])
@@ -300,7 +299,7 @@ fn git(args: &[&str]) -> String {
     command_output("git", args)
 }
 
-fn command_output(program: &str, args: &[&str]) -> String {
+pub(crate) fn command_output(program: &str, args: &[&str]) -> String {
     std::process::Command::new(program)
         .args(args)
         .output()

@@ -72,9 +72,7 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
     let work = std::env::temp_dir().join(format!("wib-console-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let data_dir = work.join("pg");
-    // The embedded server's socket is in its folder's `socket` (src/db/embedded/layout.rs).
-    let conninfo =
-        format!("host={} port=5432 user=postgres dbname=postgres", data_dir.join("socket").display());
+    let conninfo = crate::service::embedded_conninfo(&data_dir);
     let config = work.join("destinations.toml");
     std::fs::write(&config, DESTINATIONS)?;
     let env = [

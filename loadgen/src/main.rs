@@ -4,7 +4,8 @@
 //! unique events, or replay storms in which every event's copies are fired at
 //! the same moment on separate connections. `loadgen bench` runs the whole
 //! benchmark: the PostgreSQL ceiling (pgbench running the service's own SQL)
-//! and the service, side by side on one server, and writes the table.
+//! and the service, side by side on one server, and writes the table;
+//! `loadgen forwarding` measures forwarding to a receiver on loopback.
 //!
 //! Requests are built and signed before the clock starts, so the measured
 //! time is the service's, not the generator's HMAC work.
@@ -14,6 +15,7 @@ mod client;
 mod console;
 mod cpu;
 mod events;
+mod forwarding;
 mod pgbench;
 mod report;
 mod results;
@@ -36,6 +38,8 @@ enum Cli {
     Bench(bench::BenchArgs),
     /// The console's pages on a million-row archive: starts the service, fills the archive, times each page.
     Console(console::ConsoleArgs),
+    /// Forwarding to a receiver on loopback: rate, intake with a destination, lag, memory with pending jobs.
+    Forwarding(forwarding::ForwardingArgs),
 }
 
 /// What one load run sends.
@@ -82,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Cli::Bench(args) => bench::run(args).await?,
         Cli::Console(args) => console::run(args).await?,
+        Cli::Forwarding(args) => forwarding::run(args).await?,
     }
     Ok(())
 }

@@ -149,14 +149,14 @@ impl Run {
 
 /// The median of several runs, and the lowest and highest.
 #[derive(Debug, Clone, Copy)]
-struct Spread {
-    median: f64,
+pub(crate) struct Spread {
+    pub(crate) median: f64,
     min: f64,
     max: f64,
 }
 
 impl Spread {
-    fn of(mut values: Vec<f64>) -> Option<Spread> {
+    pub(crate) fn of(mut values: Vec<f64>) -> Option<Spread> {
         values.sort_by(f64::total_cmp);
         let n = values.len();
         let median = match n {
@@ -173,7 +173,7 @@ impl Spread {
     }
 
     /// `median (lowest–highest)`, or the value alone for a single run.
-    fn show(&self, decimals: usize) -> String {
+    pub(crate) fn show(&self, decimals: usize) -> String {
         let median = format!("{:.*}", decimals, self.median);
         let (min, max) = (format!("{:.*}", decimals, self.min), format!("{:.*}", decimals, self.max));
         if min == max { median } else { format!("{median} ({min}–{max})") }

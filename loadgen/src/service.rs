@@ -8,6 +8,13 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// The libpq conninfo of the embedded PostgreSQL a service started in
+/// `data_dir` (its `DATA_DIR`): a unix socket in `socket/` there (see
+/// `src/db/embedded/layout.rs`).
+pub fn embedded_conninfo(data_dir: &Path) -> String {
+    format!("host={} port=5432 user=postgres dbname=postgres", data_dir.join("socket").display())
+}
+
 /// A running `webhook-inbox serve`.
 pub struct Service {
     child: Child,
