@@ -26,6 +26,7 @@ fn columns<'d, C: Columns<'d>>(columns: C) -> C {
         .column("request_id", "text", |d| d.request_id.as_deref())
         .column("occurred_at", "timestamptz", |d| d.event.occurred_at)
         .column("reprocess_of", "int8", |d| d.source.reprocess_of())
+        .column("source", "text", |d| d.source.name())
 }
 
 /// Archive columns whose stored type is not the bound value's.

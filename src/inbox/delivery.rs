@@ -16,15 +16,14 @@ pub struct Delivery {
     /// Where the delivery came from, and what vouches for it.
     pub source: Source,
     /// The request id the delivery arrived with (or the operator's command
-    /// ran under), to join logs and archive.
+    /// ran under, or the provider's API answered with), to join logs and archive.
     pub request_id: Option<String>,
 }
 
 /// Where a delivery came from.
 ///
 /// Why an enum: each source vouches for its payload differently, and the
-/// archive records which. A new source (events read back from a provider's
-/// API, say) is a new variant here and in the archive's columns.
+/// archive records which (its `source` column names the variant).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// A provider's request, verified on arrival.
@@ -39,18 +38,33 @@ pub enum Source {
     Reprocess {
         /// The archive row reprocessed.
         of: i64,
-        /// That row's signature.
-        signature: String,
+        /// That row's signature (none for an event read from an API).
+        signature: Option<String>,
         /// That row's secret index.
         secret_index: Option<usize>,
     },
+    /// An event read back from the provider's event API (reconciliation):
+    /// vouched for by the authenticated API call, so no signature; the
+    /// delivery's `request_id` is the API's.
+    Api,
 }
 
 impl Source {
-    /// The signature header recorded with the delivery.
-    pub fn signature(&self) -> &str {
+    /// The archive's `source` value: `webhook`, `reprocess` or `api`.
+    pub fn name(&self) -> &'static str {
         match self {
-            Source::Webhook { signature, .. } | Source::Reprocess { signature, .. } => signature,
+            Source::Webhook { .. } => "webhook",
+            Source::Reprocess { .. } => "reprocess",
+            Source::Api => "api",
+        }
+    }
+
+    /// The signature header recorded with the delivery, if it had one.
+    pub fn signature(&self) -> Option<&str> {
+        match self {
+            Source::Webhook { signature, .. } => Some(signature),
+            Source::Reprocess { signature, .. } => signature.as_deref(),
+            Source::Api => None,
         }
     }
 
@@ -59,13 +73,14 @@ impl Source {
         match self {
             Source::Webhook { secret_index, .. } => Some(*secret_index),
             Source::Reprocess { secret_index, .. } => *secret_index,
+            Source::Api => None,
         }
     }
 
     /// The archive row an operator reprocessed, for a reprocess.
     pub fn reprocess_of(&self) -> Option<i64> {
         match self {
-            Source::Webhook { .. } => None,
+            Source::Webhook { .. } | Source::Api => None,
             Source::Reprocess { of, .. } => Some(*of),
         }
     }

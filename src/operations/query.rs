@@ -47,8 +47,10 @@ pub struct ArchivedDeliveryDetail {
     pub summary: ArchivedDelivery,
     /// The body as stored (`jsonb`: key order and whitespace normalized).
     pub payload: Value,
-    /// The signature header as received.
-    pub signature: String,
+    /// Where the delivery came from: `webhook`, `api` or `reprocess`.
+    pub source: String,
+    /// The signature header as received (none for an event read from an API).
+    pub signature: Option<String>,
     /// Which configured secret verified it (0-based).
     pub secret_index: Option<i16>,
     /// Paddle's per-attempt notification id.
@@ -102,7 +104,7 @@ async fn detail<'e>(executor: impl PgExecutor<'e>, id: i64) -> sqlx::Result<Opti
     sqlx::query_as(
         "SELECT w.id, w.provider, w.event_id, w.event_type, w.processing_status, w.error_message,
                 w.occurred_at, w.created_at, w.processed_at, w.reprocess_of,
-                w.payload, w.signature, w.secret_index, w.notification_id, w.request_id,
+                w.payload, w.source, w.signature, w.secret_index, w.notification_id, w.request_id,
                 p.processed_at AS event_applied_at
          FROM webhook_events w
          LEFT JOIN processed_webhook_events p ON p.provider = w.provider AND p.event_id = w.event_id

@@ -78,7 +78,7 @@ struct Stored {
     event_id: String,
     event_type: String,
     payload: String,
-    signature: String,
+    signature: Option<String>,
     secret_index: Option<i16>,
     /// When the event's first archived delivery arrived.
     first_received_at: DateTime<Utc>,

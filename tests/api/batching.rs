@@ -160,7 +160,7 @@ async fn a_batched_delivery_is_archived_with_the_same_columns_as_one_recorded_al
                 ..delivery(id, payload).event
             },
             request_id: Some("req-1".into()),
-            source: Source::Reprocess { of: 42, signature: "ts=1;h1=00".into(), secret_index: Some(1) },
+            source: Source::Reprocess { of: 42, signature: Some("ts=1;h1=00".into()), secret_index: Some(1) },
             ..delivery(id, payload)
         })
     };

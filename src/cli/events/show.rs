@@ -42,10 +42,11 @@ pub async fn run(pool: &PgPool, args: ShowArgs, out: &mut dyn Write) -> anyhow::
         ("occurred_at", optional(row.occurred_at.map(table::time))),
         ("created_at", table::time(row.created_at)),
         ("processed_at", optional(row.processed_at.map(table::time))),
+        ("source", event.source.clone()),
         ("notification_id", optional(event.notification_id.clone())),
         ("request_id", optional(event.request_id.clone())),
         ("secret_index", optional(event.secret_index.map(|i| i.to_string()))),
-        ("signature", event.signature.clone()),
+        ("signature", optional(event.signature.clone())),
         (
             "event applied",
             event.event_applied_at.map_or_else(|| "no".into(), |at| format!("yes, {}", table::time(at))),
