@@ -37,5 +37,7 @@ pub mod outbox;
 pub mod providers;
 /// The queue engine every effect that leaves the database is sent by: claims, leases, retries.
 pub mod queue;
+/// Reading the providers' event APIs back, so an outage loses no event.
+pub mod reconcile;
 /// Log output.
 pub mod telemetry;

@@ -7,6 +7,7 @@ mod events;
 mod jobs;
 mod migrate;
 mod purge;
+mod reconcile;
 mod serve;
 mod table;
 
@@ -58,6 +59,8 @@ pub enum Command {
     Jobs(jobs::JobsCommand),
     /// Delete archive rows past their retention age; the dedup table is never touched.
     Purge(purge::PurgeArgs),
+    /// Read a provider's event API back and recover the events the inbox missed (see the README, "Missed events").
+    Reconcile(reconcile::ReconcileArgs),
     /// Apply the database migrations and exit (then run `serve --no-migrate`).
     Migrate,
 }
@@ -91,6 +94,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
             Command::Destinations(command) => destinations::run(&db.pool, &declaration, command, out).await,
             Command::Jobs(command) => jobs::run(&db.pool, command, out).await,
             Command::Purge(args) => purge::run(&db.pool, args, out).await,
+            Command::Reconcile(args) => reconcile::run(&db.pool, args, &declaration, out).await,
             Command::Migrate => migrate::run(&db.pool, out).await,
         };
         db.close().await;

@@ -32,6 +32,7 @@ mod outbox;
 mod outbox_marks;
 mod providers;
 mod purge;
+mod reconcile;
 mod reprocess;
 mod sequences;
 mod server;

@@ -1,0 +1,124 @@
+//! `webhook-inbox reconcile <provider> [--since 3d|TIME] [--dry-run] [--json]`.
+
+use std::io::Write;
+
+use anyhow::bail;
+use clap::Args;
+use sqlx::PgPool;
+
+use super::json_line;
+use crate::client;
+use crate::config::EffectsConfig;
+use crate::destinations::Declaration;
+use crate::operations::Since;
+use crate::operations::display::visible;
+use crate::reconcile::{self, ApiConfig, Gap, LogError, Options, Summary};
+
+/// What to reconcile, from when.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The provider: paddle or stripe (read from their event APIs); any other prints the time since its last verified delivery.
+    pub provider: String,
+
+    /// Read from this time (`3d`, `12h`, or an RFC 3339 time) instead of where the last run ended.
+    #[arg(long)]
+    pub since: Option<Since>,
+
+    /// Read and compare only: write nothing (no event, no mark, no run recorded).
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// The summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The providers' API keys and URLs.
+    #[command(flatten)]
+    pub api: ApiConfig,
+
+    /// The effects' configuration: recovered events get the same effects as in `serve`.
+    #[command(flatten)]
+    pub effects: EffectsConfig,
+}
+
+/// Runs one reconciliation and prints its summary; fails if an event
+/// failed (archived FAILED), so that scripts notice.
+pub async fn run(
+    pool: &PgPool,
+    args: ReconcileArgs,
+    declaration: &Declaration,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    let log = match args.api.log(&args.provider, client::build()) {
+        Ok(log) => log,
+        Err(LogError::NoLog(_)) => return gap(pool, &args, out).await,
+        Err(error) => return Err(error.into()),
+    };
+    let effects = super::effects(&args.effects, declaration);
+    let options = Options { since: args.since.map(|Since(at)| at), dry_run: args.dry_run };
+    let summary = log.reconcile(pool, &effects, &options).await?;
+    match args.json {
+        true => json_line(out, &summary)?,
+        false => text(out, &summary)?,
+    }
+    if summary.failed > 0 {
+        bail!("{} event(s) failed: archived FAILED, see their error_message", summary.failed);
+    }
+    Ok(())
+}
+
+fn text(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{}: {} page(s), {} event(s) seen ({} repeated, {} before --since), {} already recorded, {} recovered, \
+         {} failed, {} unreadable, took {} ms",
+        s.provider,
+        s.pages,
+        s.seen,
+        s.repeated,
+        s.before_since,
+        s.already_recorded,
+        s.recovered,
+        s.failed,
+        s.unreadable,
+        s.took_ms
+    )?;
+    if s.dry_run {
+        writeln!(out, "dry run: {} event(s) missing from the inbox; nothing written", s.missing)?;
+    }
+    for failure in &s.failures {
+        writeln!(
+            out,
+            "FAILED {} -> #{}: {}",
+            visible(&failure.event_id),
+            failure.archive_id,
+            visible(&failure.error)
+        )?;
+    }
+    Ok(())
+}
+
+/// For a provider without an event API: how long it has been silent.
+async fn gap(pool: &PgPool, args: &ReconcileArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
+    let gap = reconcile::gap(pool, &args.provider).await?;
+    if args.json {
+        return json_line(out, &gap);
+    }
+    let Gap { provider, last_verified_delivery_at, gap_secs } = &gap;
+    let provider = visible(provider);
+    match (last_verified_delivery_at, gap_secs) {
+        (Some(at), Some(secs)) => writeln!(
+            out,
+            "{provider}: no event API to read; last verified delivery {} ({}h{:02}m ago)",
+            super::table::time(*at),
+            secs / 3600,
+            secs % 3600 / 60
+        )?,
+        _ => writeln!(out, "{provider}: no event API to read; no verified delivery in the archive")?,
+    }
+    writeln!(
+        out,
+        "Events sent during a longer outage must be recovered from the provider (README \"Missed events\")."
+    )?;
+    Ok(())
+}

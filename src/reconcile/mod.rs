@@ -1,0 +1,49 @@
+//! Reconciliation: the providers' own event logs read back, so an outage
+//! longer than a provider's retry window loses nothing (README "Missed
+//! events", DESIGN.md "Reconciliation").
+//!
+//! A provider's [`EventLog`] (`paddle`, `stripe`) reads pages of events
+//! through an [`ApiClient`] (timeouts, retries, `Retry-After`, the key never
+//! shown). [`reconcile`] reads from the provider's stored mark and puts each
+//! event the dedup table lacks through the inbox like a webhook, with
+//! [`inbox::Source::Api`](crate::inbox::Source::Api): same provider, same
+//! event id, so the dedup table makes it exactly once against any webhook
+//! of the same event. [`state`] keeps the mark, the last run, and the lock
+//! that keeps one run per provider at a time. A provider without a log to
+//! read gets its [`gap`]: how long since its last verified delivery.
+
+mod client;
+mod config;
+mod gap;
+mod log;
+mod paddle;
+mod run;
+pub mod state;
+mod stripe;
+
+pub use client::{ApiClient, ApiError, UnexpectedAnswer};
+pub use config::{ApiConfig, Log, LogError};
+pub use gap::{Gap, gap};
+pub use log::{EventLog, Order, Page, Start};
+pub use paddle::PaddleLog;
+pub use run::{FIRST_RUN_LOOKBACK, Failure, OVERLAP, Options, ReconcileError, Summary, reconcile};
+pub use stripe::StripeLog;
+
+use sqlx::PgPool;
+
+use crate::inbox::Effects;
+
+impl Log {
+    /// Runs [`reconcile`] on this log.
+    pub async fn reconcile(
+        &self,
+        pool: &PgPool,
+        effects: &Effects,
+        options: &Options,
+    ) -> Result<Summary, ReconcileError> {
+        match self {
+            Log::Paddle(log) => reconcile(pool, effects, log, options).await,
+            Log::Stripe(log) => reconcile(pool, effects, log, options).await,
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! One reconciliation run: read a provider's log from the mark, and put
+//! every event the dedup table lacks through the inbox, as a webhook would.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use axum::http::HeaderMap;
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::Serialize;
+use sqlx::{Connection, PgConnection, PgPool};
+use tracing::instrument;
+
+use super::client::ApiError;
+use super::log::{EventLog, Order, Page, Start};
+use super::state::{self, Mark, Tracker};
+use crate::event::{Event, Payload};
+use crate::inbox::{self, Delivery, Effects, InboxError, Outcome, Source};
+use crate::providers;
+
+/// How far behind the newest event read the mark stands (see [`Tracker`]).
+pub const OVERLAP: TimeDelta = TimeDelta::minutes(10);
+
+/// How far back a provider's first run reads, without `--since`: past the
+/// longest retry window (Paddle's and Stripe's, 3 days), with a margin.
+pub const FIRST_RUN_LOOKBACK: TimeDelta = TimeDelta::days(7);
+
+/// What a run is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Read from this time instead of the stored mark.
+    pub since: Option<DateTime<Utc>>,
+    /// Read and compare, write nothing (no event, no mark, no run).
+    pub dry_run: bool,
+}
+
+/// Why a run stopped. The events it applied before stay applied, and the
+/// mark stays where the last complete page left it.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Another process is reconciling the provider.
+    #[error("another process is reconciling {0} right now")]
+    AlreadyRunning(&'static str),
+    /// The provider's API could not be read.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The database failed.
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+}
+
+impl From<sqlx::Error> for ReconcileError {
+    fn from(error: sqlx::Error) -> Self {
+        ReconcileError::Inbox(error.into())
+    }
+}
+
+/// What a run did. In a dry run, `missing` counts the events a run would
+/// recover, and nothing else was written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// The provider.
+    pub provider: String,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+    /// Where it started: the cursor it read after, if any.
+    pub after: Option<String>,
+    /// Where it started: the oldest event time it wanted.
+    pub since: DateTime<Utc>,
+    /// Pages read.
+    pub pages: usize,
+    /// Distinct events read.
+    pub seen: usize,
+    /// Events listed again on a later page (read once).
+    pub repeated: usize,
+    /// Events older than `since`, left alone (a log read from its start).
+    pub before_since: usize,
+    /// Events the inbox already had (including one a webhook recorded
+    /// while the run was delivering it).
+    pub already_recorded: usize,
+    /// Dry run: events the inbox lacks.
+    pub missing: usize,
+    /// Events recovered: recorded, and their effects applied, now.
+    pub recovered: usize,
+    /// Events whose effect failed: archived FAILED, as a webhook's would be.
+    pub failed: usize,
+    /// Events the provider's format cannot read (not archived).
+    pub unreadable: usize,
+    /// The FAILED events, with their errors.
+    pub failures: Vec<Failure>,
+    /// Milliseconds the run took.
+    pub took_ms: u64,
+}
+
+/// An event the run archived FAILED.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// The provider's event id.
+    pub event_id: String,
+    /// Its FAILED archive row.
+    pub archive_id: i64,
+    /// The effect's error.
+    pub error: String,
+}
+
+/// Reads `log` from `provider`'s mark (or `options.since`) to its end, and
+/// delivers each event the dedup table lacks through [`inbox::deliver`]
+/// with [`Source::Api`]: the same provider and event id as its webhook, so
+/// a webhook of the same event, now or later, is a duplicate of it (and it
+/// of the webhook). Holds the provider's lock throughout; a second run
+/// meanwhile is refused.
+#[instrument(skip_all, fields(provider = log.provider(), dry_run = options.dry_run))]
+pub async fn reconcile(
+    pool: &PgPool,
+    effects: &Effects,
+    log: &impl EventLog,
+    options: &Options,
+) -> Result<Summary, ReconcileError> {
+    // Its own connection, closed at the end: the lock goes with it, however the run ends.
+    let mut conn = pool.acquire().await.map_err(InboxError::from)?.detach();
+    let result = locked(&mut conn, effects, log, options).await;
+    if let Err(error) = conn.close().await {
+        tracing::warn!(%error, "closing the reconciliation connection");
+    }
+    result
+}
+
+async fn locked(
+    conn: &mut PgConnection,
+    effects: &Effects,
+    log: &impl EventLog,
+    options: &Options,
+) -> Result<Summary, ReconcileError> {
+    let provider = log.provider();
+    if !state::try_lock(conn, provider).await? {
+        return Err(ReconcileError::AlreadyRunning(provider));
+    }
+    let (from, start) = start(conn, provider, options).await?;
+    if options.dry_run {
+        return read(conn, effects, log, options, from, start).await;
+    }
+    state::started(conn, provider).await?;
+    let result = read(conn, effects, log, options, from, start).await;
+    let outcome = result.as_ref().map_err(ToString::to_string);
+    state::finished(conn, provider, outcome.as_ref().map_err(String::as_str)).await?;
+    result
+}
+
+/// The mark a run starts from, and where it reads.
+async fn start(conn: &mut PgConnection, provider: &str, options: &Options) -> sqlx::Result<(Mark, Start)> {
+    if let Some(since) = options.since {
+        return Ok((Mark { cursor: None, mark_at: Some(since) }, Start { after: None, since }));
+    }
+    let mark = state::mark(&mut *conn, provider).await?.unwrap_or_default();
+    let since = match mark.mark_at {
+        Some(at) => at - OVERLAP,
+        None => Utc::now() - FIRST_RUN_LOOKBACK,
+    };
+    Ok((mark.clone(), Start { after: mark.cursor.clone(), since }))
+}
+
+async fn read(
+    conn: &mut PgConnection,
+    effects: &Effects,
+    log: &impl EventLog,
+    options: &Options,
+    from: Mark,
+    start: Start,
+) -> Result<Summary, ReconcileError> {
+    let began = Instant::now();
+    let provider = log.provider();
+    let mut summary = Summary {
+        provider: provider.to_string(),
+        dry_run: options.dry_run,
+        after: start.after.clone(),
+        since: start.since,
+        ..Summary::default()
+    };
+    let mut tracker = Tracker::new(log.order(), OVERLAP, from);
+    let mut read_ids = HashSet::new();
+    let mut next: Option<String> = None;
+    loop {
+        let page = log.read(&start, next.as_deref()).await?;
+        summary.pages += 1;
+        deliver_page(
+            conn,
+            effects,
+            provider,
+            &page,
+            &start,
+            options,
+            &mut read_ids,
+            &mut tracker,
+            &mut summary,
+        )
+        .await?;
+        tracing::info!(
+            page = summary.pages,
+            seen = summary.seen,
+            already_recorded = summary.already_recorded,
+            recovered = summary.recovered,
+            missing = summary.missing,
+            failed = summary.failed,
+            "reconciling"
+        );
+        let more = page.next.is_some();
+        // Oldest first, every event up to this page's end has been read.
+        if !options.dry_run && (log.order() == Order::OldestFirst || !more) {
+            state::store_mark(conn, provider, &tracker.mark()).await?;
+        }
+        match page.next {
+            Some(page_next) => next = Some(page_next),
+            None => break,
+        }
+    }
+    summary.took_ms = began.elapsed().as_millis() as u64;
+    Ok(summary)
+}
+
+/// Delivers the events of one page the dedup table lacks, in the page's order.
+#[allow(clippy::too_many_arguments)]
+async fn deliver_page(
+    conn: &mut PgConnection,
+    effects: &Effects,
+    provider: &'static str,
+    page: &Page,
+    start: &Start,
+    options: &Options,
+    read_ids: &mut HashSet<String>,
+    tracker: &mut Tracker,
+    summary: &mut Summary,
+) -> Result<(), ReconcileError> {
+    let format = providers::format_of(provider);
+    let mut events: Vec<(Payload, Event)> = Vec::with_capacity(page.events.len());
+    for raw in &page.events {
+        let read = Payload::try_from(raw.get().to_string())
+            .and_then(|payload| Ok((format.read_request(&HeaderMap::new(), &payload)?, payload)));
+        match read {
+            Ok((event, payload)) => events.push((payload, event)),
+            Err(error) => {
+                // The error names a field, never the payload.
+                tracing::warn!(%error, "an event of the provider's API is unreadable: left alone");
+                summary.unreadable += 1;
+            }
+        }
+    }
+    let ids: Vec<&str> = events.iter().map(|(_, event)| event.id.as_str()).collect();
+    let recorded: HashSet<String> = sqlx::query_scalar(
+        "SELECT event_id FROM processed_webhook_events WHERE provider = $1 AND event_id = ANY($2)",
+    )
+    .bind(provider)
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    // Without a cursor, a log read by id starts at its oldest event.
+    let before = start.after.is_none().then_some(start.since);
+    for (payload, event) in events {
+        if !read_ids.insert(event.id.clone()) {
+            summary.repeated += 1;
+            continue;
+        }
+        summary.seen += 1;
+        let at = event.occurred_at.unwrap_or(event.received_at);
+        if before.is_some_and(|since| at < since) {
+            summary.before_since += 1;
+            continue;
+        }
+        tracker.saw(&event.id, at);
+        if recorded.contains(&event.id) {
+            summary.already_recorded += 1;
+            continue;
+        }
+        if options.dry_run {
+            summary.missing += 1;
+            continue;
+        }
+        let event_id = event.id.clone();
+        let delivery = Delivery {
+            provider: provider.to_string(),
+            event,
+            payload,
+            source: Source::Api,
+            request_id: page.request_id.clone(),
+        };
+        match inbox::deliver(conn, &effects.route(delivery)).await? {
+            Outcome::Processed { .. } => summary.recovered += 1,
+            Outcome::Duplicate { .. } => summary.already_recorded += 1,
+            Outcome::Failed { archive_id, error } => {
+                summary.failed += 1;
+                summary.failures.push(Failure { event_id, archive_id, error });
+            }
+        }
+    }
+    Ok(())
+}

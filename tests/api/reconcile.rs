@@ -1,0 +1,310 @@
+//! Reconciliation against fake Paddle and Stripe event APIs on loopback
+//! (`support::provider_api`): missing events recovered exactly once through
+//! the inbox, delivered ones left alone, a concurrent webhook of the same
+//! event giving one effect, one run per provider at a time, dry runs and
+//! bad keys writing nothing.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+
+use crate::support::events::*;
+use crate::support::provider_api::{API_KEY, FakeApi, Fault};
+use crate::support::*;
+
+/// A Paddle event as its API lists it: the webhook's body without the
+/// per-attempt notification id.
+fn listed(mut event: Value) -> Value {
+    event.as_object_mut().unwrap().remove("notification_id");
+    event
+}
+
+/// A Paddle event without side effects.
+fn customer_created(event_id: &str, occurred_at: &str) -> Value {
+    json!({ "event_id": event_id, "event_type": "customer.created", "occurred_at": occurred_at,
+            "data": { "id": "ctm_01", "email": "a@example.com" } })
+}
+
+/// A renewal of `sub_01` for `user_42`, granting 500 credits, its own
+/// transaction and period.
+fn renewal(event_id: &str, txn_id: &str, period_starts_at: &str) -> Value {
+    let mut event = transaction_completed(event_id, txn_id, "subscription_recurring", period_starts_at);
+    event["data"]["custom_data"] = json!({ "user_id": "user_42" });
+    listed(event)
+}
+
+/// `webhook-inbox reconcile <provider> --json <args>` against `api` with the right key.
+async fn reconcile(app: &TestApp, provider: &str, api: &FakeApi, args: &[&str]) -> cli::CliRun {
+    let url = api.url();
+    let mut argv = vec!["reconcile", provider, "--json", "--paddle-price-credits", PRICE_CREDITS];
+    let (url_flag, key_flag) = match provider {
+        "stripe" => ("--stripe-api-url", "--stripe-api-key"),
+        _ => ("--paddle-api-url", "--paddle-api-key"),
+    };
+    argv.extend([url_flag, url.as_str()]);
+    if !args.contains(&key_flag) {
+        argv.extend([key_flag, API_KEY]);
+    }
+    argv.extend(args);
+    cli(&app.db, &argv).await
+}
+
+fn summary(run: cli::CliRun) -> Value {
+    run.json_lines().pop().expect("a summary line")
+}
+
+/// The counts of a summary, in a fixed order.
+fn counts(summary: &Value) -> [u64; 6] {
+    ["pages", "seen", "repeated", "already_recorded", "recovered", "failed"]
+        .map(|name| summary[name].as_u64().unwrap_or_else(|| panic!("{name} in {summary}")))
+}
+
+async fn balance(app: &TestApp) -> i64 {
+    app.count("SELECT COALESCE(sum(amount), 0)::bigint FROM credit_grants WHERE user_id = 'user_42'").await
+}
+
+/// `(event_id, source, status, signature, request_id)` of every archive row, in order.
+async fn archive(app: &TestApp) -> Vec<(String, String, String, Option<String>, Option<String>)> {
+    sqlx::query_as(
+        "SELECT event_id, source, processing_status, signature, request_id FROM webhook_events ORDER BY id",
+    )
+    .fetch_all(app.pool())
+    .await
+    .unwrap()
+}
+
+const LONG_AGO: &str = "2024-01-01T00:00:00Z";
+
+#[tokio::test]
+async fn paddle_events_the_inbox_missed_are_recovered_once_through_a_429_a_500_and_a_repeated_event() {
+    let app = TestApp::spawn().await;
+    let created = subscription("evt_01", "created", "active", FIRST_PERIOD);
+    assert_eq!(app.send(&paddle(&created)).await.status, StatusCode::OK);
+    let api = FakeApi::paddle(vec![
+        listed(created),
+        renewal("evt_02", "txn_02", SECOND_PERIOD),
+        customer_created("evt_03", "2024-05-02T00:00:00Z"),
+        customer_created("evt_04", "2024-05-03T00:00:00Z"),
+    ])
+    .await;
+    // Two a page, each page starting with the previous one's last event;
+    // the second request is rate limited, its retry fails once.
+    api.page_cap(2).repeat_across_pages().fault(2, Fault::RateLimited(1)).fault(3, Fault::ServerError);
+
+    let first = summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await);
+
+    // Pages [01 02] [02 03] [03 04]: 4 events, 2 listed twice, evt_01 delivered before.
+    assert_eq!(counts(&first), [3, 4, 2, 1, 3, 0], "{first}");
+    assert_eq!(balance(&app).await, 200 + 500, "each grant once");
+    let requests = api.received();
+    assert_eq!(requests.len(), 5, "1 page, 429, 500, the same page again, 1 page");
+    assert!(requests.iter().all(|r| r.authorized));
+    assert_eq!(requests[1].query, requests[2].query, "the 429 is retried as it was");
+    assert_eq!(requests[2].query, requests[3].query, "the 500 is retried as it was");
+    assert_eq!(requests[0].query.get("order_by").map(String::as_str), Some("id[ASC]"));
+    assert_eq!(requests[0].query.get("per_page").map(String::as_str), Some("200"));
+    let rows = archive(&app).await;
+    assert_eq!(rows.len(), 4);
+    assert_eq!((rows[0].0.as_str(), rows[0].1.as_str()), ("evt_01", "webhook"));
+    assert!(rows[0].3.is_some(), "the webhook's signature");
+    for (row, (event_id, request_id)) in rows[1..].iter().zip([
+        ("evt_02", "req_paddle_1"),
+        ("evt_03", "req_paddle_4"),
+        ("evt_04", "req_paddle_5"),
+    ]) {
+        let expected = (event_id.into(), "api".into(), "PROCESSED".into(), None, Some(request_id.into()));
+        assert_eq!(row, &expected);
+    }
+
+    // Run again from the stored mark: everything is known, nothing written.
+    let before = app.rows_everywhere().await;
+    let again = summary(reconcile(&app, "paddle", &api, &[]).await);
+    assert_eq!(again["recovered"], 0, "{again}");
+    assert_eq!(again["after"], "evt_03", "the newest event 10 minutes older than the newest: {again}");
+    assert_eq!(app.rows_everywhere().await, before);
+
+    // The provider's own late retry of a recovered event is a duplicate.
+    let late = app
+        .send(&paddle(&transaction_completed("evt_02", "txn_02", "subscription_recurring", SECOND_PERIOD)))
+        .await;
+    assert_eq!((late.status, &late.body["idempotent"]), (StatusCode::OK, &json!(true)), "{:?}", late.body);
+    assert_eq!(balance(&app).await, 700);
+}
+
+#[tokio::test]
+async fn a_dry_run_counts_the_missing_events_and_writes_nothing() {
+    let app = TestApp::spawn().await;
+    let created = subscription("evt_01", "created", "active", FIRST_PERIOD);
+    app.send(&paddle(&created)).await;
+    let api = FakeApi::paddle(vec![listed(created), renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
+    let before = app.rows_everywhere().await;
+
+    let run = summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO, "--dry-run"]).await);
+
+    assert_eq!((run["missing"].as_u64(), run["recovered"].as_u64()), (Some(1), Some(0)), "{run}");
+    assert_eq!(app.rows_everywhere().await, before);
+    assert_eq!(app.count("SELECT count(*) FROM reconciliation_state").await, 0, "no mark, no run");
+}
+
+#[tokio::test]
+async fn a_refused_or_missing_key_fails_naming_the_setting_and_writes_no_event() {
+    let app = TestApp::spawn().await;
+    let paddle_api = FakeApi::paddle(vec![renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
+    let stripe_api = FakeApi::stripe(vec![stripe_event("evt_s1", "invoice.paid")]).await;
+
+    for (provider, api, key_flag, setting) in [
+        ("paddle", &paddle_api, "--paddle-api-key", "PADDLE_API_KEY"),
+        ("stripe", &stripe_api, "--stripe-api-key", "STRIPE_API_KEY"),
+    ] {
+        let refused = reconcile(&app, provider, api, &[key_flag, "wrong_key_do_not_print"]).await;
+        let error = refused.error.expect("a refused key fails");
+        assert!(error.contains(setting) && error.contains("401"), "{error}");
+        assert!(
+            !error.contains("wrong_key_do_not_print") && !refused.stdout.contains("wrong_key"),
+            "{error}"
+        );
+        let unset = reconcile(&app, provider, api, &[key_flag, ""]).await;
+        assert!(unset.error.unwrap().contains(&format!("{setting} is not set")));
+        // Not retried: a refused key does not get better.
+        assert_eq!(api.received().len(), 1);
+    }
+    assert_eq!(app.rows_everywhere().await, 0);
+    let runs: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT provider, last_result, last_error FROM reconciliation_state ORDER BY provider",
+    )
+    .fetch_all(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(runs.len(), 2, "the failed runs are recorded for the admin API: {runs:?}");
+    assert!(runs.iter().all(|(_, result, error)| result.as_deref() == Some("failed")
+        && error.as_deref().is_some_and(|e| e.contains("_API_KEY"))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_and_a_reconciliation_of_the_same_event_at_once_apply_it_once() {
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(vec![]).await;
+    let app = Arc::new(app);
+    let mut winners = [0, 0];
+    for round in 1..=15 {
+        let (event_id, txn) = (format!("evt_r{round:02}"), format!("txn_r{round:02}"));
+        let period = format!("2025-01-{round:02}T00:00:00Z");
+        let mut webhook = transaction_completed(&event_id, &txn, "subscription_recurring", &period);
+        webhook["data"]["custom_data"] = json!({ "user_id": "user_42" });
+        api.push([renewal(&event_id, &txn, &period)]);
+        let barrier = Arc::new(Barrier::new(2));
+        let delivered = tokio::spawn({
+            let (app, barrier, webhook) = (app.clone(), barrier.clone(), webhook.clone());
+            async move {
+                barrier.wait().await;
+                app.send(&paddle(&webhook)).await
+            }
+        });
+        // The command line's future is not Send: it runs on this task, the
+        // webhook on another worker thread.
+        let run = async {
+            barrier.wait().await;
+            summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await)
+        }
+        .await;
+        let answer = delivered.await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+        let webhook_won = answer.body["status"] == "processed";
+        assert_eq!(run["recovered"], if webhook_won { 0 } else { 1 }, "round {round}: {run}");
+        winners[usize::from(webhook_won)] += 1;
+        let grants: i64 = sqlx::query_scalar("SELECT count(*) FROM credit_grants WHERE cause = $1")
+            .bind(format!("transaction:{txn}"))
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+        assert_eq!(grants, 1, "round {round}");
+    }
+    assert_eq!(balance(&app).await, 15 * 500);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 15);
+    eprintln!("reconciliation first {} times, the webhook first {} times", winners[0], winners[1]);
+}
+
+#[tokio::test]
+async fn a_second_run_of_the_same_provider_is_refused_while_the_first_reads() {
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(vec![renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
+    api.close();
+    let arrived = api.arrived.notified();
+    tokio::pin!(arrived);
+    arrived.as_mut().enable();
+    let first = reconcile(&app, "paddle", &api, &["--since", LONG_AGO]);
+    let meanwhile = async {
+        // The first run holds the lock and waits on its first page.
+        arrived.await;
+        let second = reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await;
+        let error = second.error.expect("refused");
+        assert!(error.contains("another process is reconciling paddle"), "{error}");
+        assert_eq!(api.received().len(), 1, "the second run read nothing");
+        // Another provider is not held up by it.
+        let stripe = FakeApi::stripe(vec![]).await;
+        assert_eq!(summary(reconcile(&app, "stripe", &stripe, &[]).await)["pages"], 1);
+        api.open();
+    };
+    let (first, ()) = tokio::join!(first, meanwhile);
+    assert_eq!(summary(first)["recovered"], 1);
+    assert_eq!(balance(&app).await, 500);
+}
+
+#[tokio::test]
+async fn stripe_events_are_read_newest_first_from_the_mark_less_the_overlap() {
+    let app = TestApp::spawn().await;
+    let event = |id: &str, created: i64| {
+        let mut event = stripe_event(id, "invoice.paid");
+        event["created"] = created.into();
+        event
+    };
+    assert_eq!(app.send(&stripe(&event("evt_s2", 1_700_000_200))).await.status, StatusCode::OK);
+    let api = FakeApi::stripe(vec![
+        event("evt_s1", 1_700_000_100),
+        event("evt_s2", 1_700_000_200),
+        event("evt_s3", 1_700_000_300),
+        event("evt_old", 1_600_000_000),
+    ])
+    .await;
+    api.page_cap(2).fault(2, Fault::RateLimited(1));
+
+    let first = summary(reconcile(&app, "stripe", &api, &["--since", "2023-11-01T00:00:00Z"]).await);
+
+    assert_eq!(counts(&first), [2, 3, 0, 1, 2, 0], "{first}");
+    let requests = api.received();
+    assert_eq!(requests[0].query.get("created[gte]").map(String::as_str), Some("1698796800"));
+    assert_eq!(requests[2].query.get("starting_after").map(String::as_str), Some("evt_s2"));
+    let rows = archive(&app).await;
+    assert_eq!(rows.len(), 3);
+    assert_eq!(
+        rows[1],
+        ("evt_s3".into(), "api".into(), "PROCESSED".into(), None, Some("req_stripe_1".into()))
+    );
+    assert_eq!(
+        rows[2],
+        ("evt_s1".into(), "api".into(), "PROCESSED".into(), None, Some("req_stripe_3".into()))
+    );
+
+    // The next run reads from the newest event read, less 10 minutes.
+    let again = summary(reconcile(&app, "stripe", &api, &[]).await);
+    assert_eq!(again["recovered"], 0, "{again}");
+    let last = api.received().pop().unwrap();
+    assert_eq!(
+        last.query.get("created[gte]").map(String::as_str),
+        Some((1_700_000_300 - 600).to_string().as_str())
+    );
+}
+
+#[tokio::test]
+async fn a_provider_without_an_event_api_gets_the_time_since_its_last_verified_delivery() {
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(vec![]).await;
+    let none = summary(reconcile(&app, "clerk", &api, &[]).await);
+    assert_eq!(none["last_verified_delivery_at"], Value::Null, "{none}");
+    assert_eq!(app.send(&clerk("msg_1", &user_created("user_1"))).await.status, StatusCode::OK);
+    let gap = summary(reconcile(&app, "clerk", &api, &[]).await);
+    assert!(gap["gap_secs"].as_i64().is_some_and(|secs| (0..60).contains(&secs)), "{gap}");
+    assert_eq!(app.rows_everywhere().await, 4, "archive, dedup, the user and its welcome email; no more");
+}

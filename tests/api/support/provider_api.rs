@@ -1,0 +1,252 @@
+//! Fake Paddle and Stripe event APIs on loopback (axum), implementing what
+//! their documentation says of `GET /events` and `GET /v1/events`: bearer
+//! authentication (401 with the provider's error body), pagination (Paddle
+//! `after` + `meta.pagination.next`, oldest first; Stripe `created[gte]` +
+//! `starting_after`, newest first), request ids; plus faults a test
+//! scripts by request number (429 with `Retry-After`, 500), pages that
+//! list an event again, and a gate that holds requests until opened.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, watch};
+
+/// A scripted answer instead of the page.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    /// 429 with `Retry-After: <secs>`.
+    RateLimited(u64),
+    /// 500 Internal Server Error.
+    ServerError,
+}
+
+/// A request the fake received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Its query parameters.
+    pub query: HashMap<String, String>,
+    /// Whether its bearer key was the right one.
+    pub authorized: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Paddle: in log order (ascending id). Stripe: any order; served newest first.
+    events: Vec<Value>,
+    faults: HashMap<usize, Fault>,
+    received: Vec<Received>,
+    /// Each next page starts at the previous page's last event (listed twice).
+    repeat_across_pages: bool,
+    /// Most events a page, whatever the request asks (smaller than the real cap, for many pages).
+    page_cap: usize,
+}
+
+/// A fake provider API.
+#[derive(Clone)]
+pub struct FakeApi {
+    pub addr: SocketAddr,
+    key: &'static str,
+    inner: Arc<Mutex<Inner>>,
+    /// Requests wait while this is false.
+    gate: watch::Sender<bool>,
+    /// Notified at each request's arrival.
+    pub arrived: Arc<Notify>,
+}
+
+/// The key the fakes accept.
+pub const API_KEY: &str = "pdl_apikey_test_0123456789";
+
+impl FakeApi {
+    /// A fake Paddle `/events` serving `events` (in log order).
+    pub async fn paddle(events: Vec<Value>) -> FakeApi {
+        Self::start(events, Router::new().route("/events", get(paddle_events))).await
+    }
+
+    /// A fake Stripe `/v1/events` serving `events`.
+    pub async fn stripe(events: Vec<Value>) -> FakeApi {
+        Self::start(events, Router::new().route("/v1/events", get(stripe_events))).await
+    }
+
+    async fn start(events: Vec<Value>, routes: Router<FakeApi>) -> FakeApi {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fake = FakeApi {
+            addr: listener.local_addr().unwrap(),
+            key: API_KEY,
+            inner: Arc::new(Mutex::new(Inner { events, page_cap: 200, ..Inner::default() })),
+            gate: watch::Sender::new(true),
+            arrived: Arc::new(Notify::new()),
+        };
+        let app = routes.with_state(fake.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        fake
+    }
+
+    /// The base URL (`PADDLE_API_URL`, `STRIPE_API_URL`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Answers request number `n` (1-based) with `fault` instead.
+    pub fn fault(&self, n: usize, fault: Fault) -> &Self {
+        self.inner.lock().unwrap().faults.insert(n, fault);
+        self
+    }
+
+    /// Serves at most `cap` events a page.
+    pub fn page_cap(&self, cap: usize) -> &Self {
+        self.inner.lock().unwrap().page_cap = cap;
+        self
+    }
+
+    /// Lists each page's last event again first on the next page.
+    pub fn repeat_across_pages(&self) -> &Self {
+        self.inner.lock().unwrap().repeat_across_pages = true;
+        self
+    }
+
+    /// Adds events to the log (Paddle: at its end).
+    pub fn push(&self, events: impl IntoIterator<Item = Value>) {
+        self.inner.lock().unwrap().events.extend(events);
+    }
+
+    /// Holds every request from now until [`FakeApi::open`].
+    pub fn close(&self) {
+        self.gate.send_replace(false);
+    }
+
+    /// Lets held and further requests through.
+    pub fn open(&self) {
+        self.gate.send_replace(true);
+    }
+
+    /// The requests received so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.inner.lock().unwrap().received.clone()
+    }
+
+    /// Records a request, waits at the gate, and says its number and fault.
+    async fn arrive(
+        &self,
+        headers: &HeaderMap,
+        query: &HashMap<String, String>,
+    ) -> (usize, bool, Option<Fault>) {
+        let authorized = headers.get("authorization").and_then(|v| v.to_str().ok())
+            == Some(format!("Bearer {}", self.key).as_str());
+        let n = {
+            let mut inner = self.inner.lock().unwrap();
+            inner.received.push(Received { query: query.clone(), authorized });
+            inner.received.len()
+        };
+        self.arrived.notify_waiters();
+        let mut gate = self.gate.subscribe();
+        gate.wait_for(|open| *open).await.unwrap();
+        let fault = self.inner.lock().unwrap().faults.get(&n).copied();
+        (n, authorized, fault)
+    }
+}
+
+fn fault_response(fault: Fault) -> Response {
+    match fault {
+        Fault::RateLimited(secs) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", secs.to_string())],
+            axum::Json(json!({ "error": { "type": "request_error", "code": "too_many_requests" } })),
+        )
+            .into_response(),
+        Fault::ServerError => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Paddle's `GET /events`: `order_by=id[ASC]`, `after`, `per_page` (≤ 200).
+async fn paddle_events(
+    State(fake): State<FakeApi>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let (n, authorized, fault) = fake.arrive(&headers, &query).await;
+    let request_id = format!("req_paddle_{n}");
+    if !authorized {
+        let body = json!({
+            "error": { "type": "request_error", "code": "authentication_malformed",
+                       "detail": "Authentication header included, but incorrectly formatted." },
+            "meta": { "request_id": request_id }
+        });
+        return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    }
+    if let Some(fault) = fault {
+        return fault_response(fault);
+    }
+    if query.get("order_by").is_some_and(|order| order != "id[ASC]") {
+        return (StatusCode::BAD_REQUEST, "this fake serves id[ASC] only").into_response();
+    }
+    let inner = fake.inner.lock().unwrap();
+    let per_page =
+        query.get("per_page").and_then(|p| p.parse().ok()).unwrap_or(50).min(200).min(inner.page_cap);
+    let id = |event: &Value| event["event_id"].as_str().unwrap().to_string();
+    let from = match query.get("after") {
+        Some(after) => inner.events.iter().position(|event| id(event) > *after).unwrap_or(inner.events.len()),
+        None => 0,
+    };
+    let page: Vec<Value> = inner.events[from..].iter().take(per_page).cloned().collect();
+    let has_more = from + page.len() < inner.events.len();
+    let next_after = match (inner.repeat_across_pages, page.len()) {
+        (true, len) if len >= 2 => id(&page[len - 2]),
+        (_, 0) => query.get("after").cloned().unwrap_or_default(),
+        (_, len) => id(&page[len - 1]),
+    };
+    let next = format!("{}/events?after={next_after}&per_page={per_page}&order_by=id%5BASC%5D", fake.url());
+    let body = json!({
+        "data": page,
+        "meta": {
+            "request_id": request_id,
+            "pagination": { "per_page": per_page, "next": next, "has_more": has_more,
+                            "estimated_total": inner.events.len() }
+        }
+    });
+    axum::Json(body).into_response()
+}
+
+/// Stripe's `GET /v1/events`: newest first, `created[gte]`, `starting_after`, `limit` (≤ 100).
+async fn stripe_events(
+    State(fake): State<FakeApi>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let (n, authorized, fault) = fake.arrive(&headers, &query).await;
+    let request_id = [("request-id", format!("req_stripe_{n}"))];
+    if !authorized {
+        let body = json!({ "error": { "type": "invalid_request_error",
+                                      "message": "Invalid API Key provided: sk_test_****" } });
+        return (StatusCode::UNAUTHORIZED, request_id, axum::Json(body)).into_response();
+    }
+    if let Some(fault) = fault {
+        return fault_response(fault);
+    }
+    let inner = fake.inner.lock().unwrap();
+    let limit = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(10).min(100).min(inner.page_cap);
+    let gte: i64 = query.get("created[gte]").and_then(|t| t.parse().ok()).unwrap_or(0);
+    let mut events: Vec<&Value> =
+        inner.events.iter().filter(|event| event["created"].as_i64().unwrap() >= gte).collect();
+    // Newest first; ties by id, descending, so the order is total.
+    events.sort_by(|a, b| {
+        (b["created"].as_i64(), b["id"].as_str()).cmp(&(a["created"].as_i64(), a["id"].as_str()))
+    });
+    let from = match query.get("starting_after") {
+        Some(after) => match events.iter().position(|event| event["id"] == after.as_str()) {
+            Some(at) => at + 1,
+            None => return (StatusCode::BAD_REQUEST, "no such event").into_response(),
+        },
+        None => 0,
+    };
+    let page: Vec<Value> = events[from..].iter().take(limit).map(|e| (*e).clone()).collect();
+    let has_more = from + page.len() < events.len();
+    let body = json!({ "object": "list", "url": "/v1/events", "data": page, "has_more": has_more });
+    (request_id, axum::Json(body)).into_response()
+}
