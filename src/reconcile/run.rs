@@ -115,15 +115,30 @@ pub async fn reconcile(
     log: &impl EventLog,
     options: &Options,
 ) -> Result<Summary, ReconcileError> {
-    // Its own connection, closed at the end: the lock goes with it, however the run ends.
+    // Its own connection, closed at the end: were the unlock to fail, the
+    // lock would go with it, however the run ends.
     let mut conn = pool.acquire().await.map_err(InboxError::from)?.detach();
-    let result = locked(&mut conn, effects, log, options).await;
+    let provider = log.provider();
+    let result = match state::try_lock(&mut conn, provider).await {
+        Ok(true) => {
+            let result = locked(&mut conn, effects, log, options).await;
+            // Explicitly: a closed connection's lock is released only once
+            // its server process has exited, after `close` returns.
+            if let Err(error) = state::unlock(&mut conn, provider).await {
+                tracing::warn!(%error, "unlocking the reconciliation of {provider}");
+            }
+            result
+        }
+        Ok(false) => Err(ReconcileError::AlreadyRunning(provider)),
+        Err(error) => Err(error.into()),
+    };
     if let Err(error) = conn.close().await {
         tracing::warn!(%error, "closing the reconciliation connection");
     }
     result
 }
 
+/// The run, under the provider's lock.
 async fn locked(
     conn: &mut PgConnection,
     effects: &Effects,
@@ -131,9 +146,6 @@ async fn locked(
     options: &Options,
 ) -> Result<Summary, ReconcileError> {
     let provider = log.provider();
-    if !state::try_lock(conn, provider).await? {
-        return Err(ReconcileError::AlreadyRunning(provider));
-    }
     let (from, start) = start(conn, provider, options).await?;
     if options.dry_run {
         return read(conn, effects, log, options, from, start).await;

@@ -171,6 +171,15 @@ pub async fn try_lock(conn: &mut PgConnection, provider: &str) -> sqlx::Result<b
         .await
 }
 
+/// Releases the lock [`try_lock`] took on `conn`.
+pub async fn unlock(conn: &mut PgConnection, provider: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_unlock(hashtext('webhook-inbox reconcile'), hashtext($1))")
+        .bind(provider)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
