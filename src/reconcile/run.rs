@@ -179,6 +179,7 @@ async fn read(
     start: Start,
 ) -> Result<Summary, ReconcileError> {
     let began = Instant::now();
+    let began_at = Utc::now();
     let provider = log.provider();
     let mut summary = Summary {
         provider: provider.to_string(),
@@ -214,14 +215,20 @@ async fn read(
             failed = summary.failed,
             "reconciling"
         );
-        let more = page.next.is_some();
-        // Oldest first, every event up to this page's end has been read.
-        if !options.dry_run && (log.order() == Order::OldestFirst || !more) {
-            state::store_mark(conn, provider, &tracker.mark()).await?;
-        }
         match page.next {
-            Some(page_next) => next = Some(page_next),
-            None => break,
+            Some(page_next) => {
+                // Oldest first, every event up to this page's end has been read.
+                if !options.dry_run && log.order() == Order::OldestFirst {
+                    state::store_mark(conn, provider, &tracker.mark()).await?;
+                }
+                next = Some(page_next);
+            }
+            None => {
+                if !options.dry_run {
+                    state::store_mark(conn, provider, &tracker.complete(began_at)).await?;
+                }
+                break;
+            }
         }
     }
     summary.took_ms = began.elapsed().as_millis() as u64;

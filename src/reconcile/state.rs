@@ -54,15 +54,26 @@ impl Tracker {
         }
     }
 
-    /// The mark to store: for an oldest-first log, the newest event read at
-    /// least `overlap` before the newest; for a newest-first one (stored
-    /// only once the run is complete), the newest event read.
+    /// The mark to store while an oldest-first log is being read: the
+    /// newest event read at least `overlap` before the newest (the start's
+    /// mark until there is one).
     pub fn mark(&self) -> Mark {
-        match (self.order, self.newest) {
-            (Order::NewestFirst, Some(newest)) => {
-                Mark { cursor: None, mark_at: Some(newest.max(self.mark.mark_at.unwrap_or(newest))) }
-            }
-            _ => self.mark.clone(),
+        self.mark.clone()
+    }
+
+    /// The mark to store once the run has read the log to its end, having
+    /// started at `started`. A newest-first log has then listed every event
+    /// created before `started`: the next run reads from there (less the
+    /// overlap). So has an oldest-first log without a cursor yet; one with
+    /// a cursor keeps it.
+    ///
+    /// Why the run's start and not its newest event: a log that had nothing
+    /// new would otherwise keep its mark where it was, and the overlap
+    /// would move each run's start further back.
+    pub fn complete(&self, started: DateTime<Utc>) -> Mark {
+        match (self.order, &self.mark.cursor) {
+            (Order::OldestFirst, Some(_)) => self.mark.clone(),
+            _ => Mark { cursor: None, mark_at: Some(started) },
         }
     }
 }
@@ -205,15 +216,16 @@ mod tests {
     }
 
     #[test]
-    fn a_newest_first_mark_is_the_newest_event_and_never_moves_back() {
+    fn a_complete_run_marks_its_start_unless_an_oldest_first_log_has_a_cursor() {
         let start = Mark { cursor: None, mark_at: Some(at(10)) };
-        let mut tracker = Tracker::new(Order::NewestFirst, TimeDelta::minutes(10), start.clone());
-        assert_eq!(tracker.mark(), start);
-        tracker.saw("evt_b", at(40));
-        tracker.saw("evt_a", at(8));
-        assert_eq!(tracker.mark(), Mark { cursor: None, mark_at: Some(at(40)) });
-        let mut old_only = Tracker::new(Order::NewestFirst, TimeDelta::minutes(10), start.clone());
-        old_only.saw("evt_a", at(5));
-        assert_eq!(old_only.mark(), start);
+        let mut newest_first = Tracker::new(Order::NewestFirst, TimeDelta::minutes(10), start.clone());
+        newest_first.saw("evt_b", at(40));
+        assert_eq!(newest_first.complete(at(60)), Mark { cursor: None, mark_at: Some(at(60)) });
+        let mut oldest_first = Tracker::new(Order::OldestFirst, TimeDelta::minutes(10), start);
+        oldest_first.saw("evt_a", at(5));
+        assert_eq!(oldest_first.complete(at(60)), Mark { cursor: None, mark_at: Some(at(60)) });
+        oldest_first.saw("evt_b", at(30));
+        let cursor = Mark { cursor: Some("evt_a".into()), mark_at: Some(at(5)) };
+        assert_eq!((oldest_first.mark(), oldest_first.complete(at(60))), (cursor.clone(), cursor));
     }
 }
