@@ -7,12 +7,17 @@
 //! of its provider's event types have which effect ([`inbox::Effect`]);
 //! [`all`] lists the domains. Adding effects for a new provider is a domain
 //! folder and a line there.
+//!
+//! Effects and the statements they call have `debug` spans: every line they
+//! log is inside the request's span already (request id, provider, event),
+//! and a span at the default `info` level would cost every delivery its
+//! creation and an enter and an exit per poll (bench/RESULTS.md, `scripts/profile`).
 
 pub mod accounts;
 pub mod billing;
 
 use chrono::{DateTime, Utc};
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::event::Event;
 use crate::inbox::{self, EffectError};
@@ -26,7 +31,7 @@ pub fn all(price_credits: PriceCredits) -> inbox::Effects {
 }
 
 /// Deserializes the event's `data` object into the effect's view of it.
-fn data<T: DeserializeOwned>(event: &Event) -> Result<T, EffectError> {
+fn data<'a, T: Deserialize<'a>>(event: &'a Event) -> Result<T, EffectError> {
     let data = event
         .data
         .as_deref()

@@ -10,7 +10,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde_json::{Value, json};
+use serde::Serialize;
 use tracing::Span;
 
 use super::error::ApiError;
@@ -24,7 +24,7 @@ pub async fn receive_named(
     state: State<AppState>,
     name: Result<Path<String>, PathRejection>,
     request: Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer>, ApiError> {
     let Ok(Path(name)) = name else { return Err(ApiError::NotFound) };
     receive(state, &name, request).await
 }
@@ -34,7 +34,7 @@ pub async fn receive(
     State(state): State<AppState>,
     provider_name: &str,
     request: Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer>, ApiError> {
     let started = Instant::now();
     // Counted under names that exist only: a path anyone can type must not
     // create metric series.
@@ -53,17 +53,37 @@ pub async fn receive(
     }
     match result? {
         (Outcome::Processed { .. }, event_id) => {
-            Ok(Json(json!({ "event_id": event_id, "status": "processed" })))
+            Ok(Json(Answer::Processed { event_id, status: "processed" }))
         }
-        (Outcome::Duplicate { .. }, event_id) => {
-            Ok(Json(json!({ "event_id": event_id, "idempotent": true })))
-        }
+        (Outcome::Duplicate { .. }, event_id) => Ok(Json(Answer::Duplicate { event_id, idempotent: true })),
         (Outcome::Failed { archive_id, .. }, event_id) => {
             // The error text may quote the payload: it is in the archive row, not here.
             tracing::warn!(archive_id, "event handler failed");
             Err(ApiError::HandlerFailed { event_id })
         }
     }
+}
+
+/// The 200 answer's body: `{"event_id", "status": "processed"}` or
+/// `{"event_id", "idempotent": true}`. A type rather than a `json!` map,
+/// since every delivery writes one.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Answer {
+    /// The event's first delivery: its effects are committed.
+    Processed {
+        /// The provider's event id.
+        event_id: String,
+        /// Always `processed`.
+        status: &'static str,
+    },
+    /// A delivery of an event already processed.
+    Duplicate {
+        /// The provider's event id.
+        event_id: String,
+        /// Always `true`.
+        idempotent: bool,
+    },
 }
 
 async fn receive_inner(

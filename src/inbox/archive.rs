@@ -220,7 +220,10 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
 /// sees them before the outcome is known. Without jobs, the statement is
 /// the one it always was: forwarding costs nothing unless a destination
 /// wants the event.
-#[instrument(skip_all)]
+///
+/// Its span is `debug`, as the effects' are (`effects`): it runs inside the
+/// request's span, on every delivery.
+#[instrument(level = "debug", skip_all)]
 pub async fn record<'e>(
     executor: impl PgExecutor<'e>,
     delivery: &Delivery,

@@ -53,7 +53,7 @@ fn from_millis(millis: Option<i64>) -> Option<DateTime<Utc>> {
 pub struct UserCreated;
 
 impl Effect for UserCreated {
-    #[instrument(name = "user_created", skip_all)]
+    #[instrument(name = "user_created", level = "debug", skip_all)]
     async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
         let user: User = data(event)?;
         if project(conn, event, &user).await? == Projected::Deleted {
@@ -75,7 +75,7 @@ impl Effect for UserCreated {
 pub struct UserUpdated;
 
 impl Effect for UserUpdated {
-    #[instrument(name = "user_updated", skip_all)]
+    #[instrument(name = "user_updated", level = "debug", skip_all)]
     async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
         let user: User = data(event)?;
         project(conn, event, &user).await?;
@@ -93,7 +93,7 @@ impl Effect for UserUpdated {
 pub struct UserDeleted;
 
 impl Effect for UserDeleted {
-    #[instrument(name = "user_deleted", skip_all)]
+    #[instrument(name = "user_deleted", level = "debug", skip_all)]
     async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
         let user: DeletedUser = data(event)?;
         let at = ordered_at(event, None);

@@ -31,7 +31,7 @@ pub struct Grant<'a> {
 /// apply once; the ledger's own unique keys are the second line of defence
 /// (another event carrying the same cause, an operator's replay), and a
 /// refused duplicate is the expected outcome, not an error.
-#[instrument(skip_all)]
+#[instrument(level = "debug", skip_all)]
 pub async fn grant(conn: &mut PgConnection, grant: &Grant<'_>) -> sqlx::Result<bool> {
     if grant.amount <= 0 {
         return Ok(false);

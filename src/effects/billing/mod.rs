@@ -14,6 +14,7 @@ pub mod credits;
 pub mod subscriptions;
 pub mod transactions;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -63,7 +64,7 @@ impl PriceCredits {
     }
 
     /// Credits for a list of items: the sum of quantity × credits per unit.
-    fn for_items(&self, items: &[Item]) -> Result<i64, EffectError> {
+    fn for_items(&self, items: &[Item<'_>]) -> Result<i64, EffectError> {
         items.iter().try_fold(0i64, |sum, item| {
             self.for_item(&item.price.id, item.quantity)?.checked_add(sum).ok_or_else(overflow)
         })
@@ -98,22 +99,28 @@ impl FromStr for PriceCredits {
     }
 }
 
+// The entities' strings borrow from the payload (`Cow`: unless escaped),
+// so reading one copies none of them.
+
 /// `custom_data`, where the checkout put our user id.
 #[derive(Debug, Deserialize)]
-struct CustomData {
-    user_id: Option<String>,
+struct CustomData<'a> {
+    #[serde(borrow)]
+    user_id: Option<Cow<'a, str>>,
 }
 
 /// One line of a subscription or transaction: a price and a quantity.
 #[derive(Debug, Deserialize)]
-struct Item {
-    price: Price,
+struct Item<'a> {
+    #[serde(borrow)]
+    price: Price<'a>,
     quantity: i64,
 }
 
 #[derive(Debug, Deserialize)]
-struct Price {
-    id: String,
+struct Price<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
 }
 
 /// A billing period (`current_billing_period`, `billing_period`).
@@ -124,7 +131,7 @@ struct Period {
 }
 
 /// The user id in `custom_data`, if any.
-fn user_id(custom_data: &Option<CustomData>) -> Option<&str> {
+fn user_id<'a>(custom_data: &'a Option<CustomData<'_>>) -> Option<&'a str> {
     custom_data.as_ref().and_then(|c| c.user_id.as_deref())
 }
 
@@ -150,7 +157,7 @@ mod tests {
     #[test]
     fn items_sum_and_overflow_is_refused() {
         let credits: PriceCredits = "pri_a=100,pri_b=7,pri_x=0".parse().unwrap();
-        let item = |id: &str, quantity| Item { price: Price { id: id.into() }, quantity };
+        let item = |id: &'static str, quantity| Item { price: Price { id: id.into() }, quantity };
         assert_eq!(credits.for_items(&[item("pri_a", 2), item("pri_b", 1), item("pri_x", 5)]).unwrap(), 207);
         assert_eq!(credits.for_items(&[]).unwrap(), 0);
         assert!(credits.for_items(&[item("pri_a", 1), item("pri_y", 1)]).is_err());

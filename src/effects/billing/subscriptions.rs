@@ -1,11 +1,12 @@
 //! `subscription.*`: the `subscriptions` projection, the initial credits,
 //! and the downgrade notice.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sqlx::PgConnection;
 use sqlx::types::Json;
 use tracing::instrument;
@@ -19,13 +20,17 @@ use crate::outbox::{self, Email, EmailKind};
 
 /// The part of a Paddle subscription entity the projection keeps.
 #[derive(Debug, Deserialize)]
-struct Subscription {
-    id: Option<String>,
-    status: String,
-    customer_id: String,
-    custom_data: Option<CustomData>,
-    #[serde(default)]
-    items: Vec<Item>,
+struct Subscription<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    status: Cow<'a, str>,
+    #[serde(borrow)]
+    customer_id: Cow<'a, str>,
+    #[serde(borrow)]
+    custom_data: Option<CustomData<'a>>,
+    #[serde(default, borrow)]
+    items: Vec<Item<'a>>,
     current_billing_period: Option<Period>,
     scheduled_change: Option<Value>,
     canceled_at: Option<DateTime<Utc>>,
@@ -33,7 +38,7 @@ struct Subscription {
     updated_at: Option<DateTime<Utc>>,
 }
 
-impl Subscription {
+impl Subscription<'_> {
     fn id(&self, event: &Event) -> Result<&str, EffectError> {
         self.id
             .as_deref()
@@ -59,7 +64,7 @@ pub const CHANGES: [&str; 7] = [
 pub struct SubscriptionCreated(pub Arc<PriceCredits>);
 
 impl Effect for SubscriptionCreated {
-    #[instrument(name = "subscription_created", skip_all)]
+    #[instrument(name = "subscription_created", level = "debug", skip_all)]
     async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
         let subscription: Subscription = data(event)?;
         let id = subscription.id(event)?;
@@ -82,11 +87,18 @@ impl Effect for SubscriptionCreated {
 pub struct SubscriptionChanged;
 
 impl Effect for SubscriptionChanged {
-    #[instrument(name = "subscription_changed", skip_all)]
+    #[instrument(name = "subscription_changed", level = "debug", skip_all)]
     async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
         let subscription: Subscription = data(event)?;
         project(conn, event, &subscription).await
     }
+}
+
+/// One of the projection's `items`, as stored: `{"price_id", "quantity"}`.
+#[derive(Serialize)]
+struct ItemRow<'a> {
+    price_id: &'a str,
+    quantity: i64,
 }
 
 /// Writes the projection if the event is newer than what wrote it last, and
@@ -94,14 +106,14 @@ impl Effect for SubscriptionChanged {
 async fn project(
     conn: &mut PgConnection,
     event: &Event,
-    subscription: &Subscription,
+    subscription: &Subscription<'_>,
 ) -> Result<(), EffectError> {
     let id = subscription.id(event)?;
     let at = ordered_at(event, subscription.updated_at);
-    let items: Vec<Value> = subscription
+    let items: Vec<ItemRow<'_>> = subscription
         .items
         .iter()
-        .map(|item| json!({ "price_id": item.price.id, "quantity": item.quantity }))
+        .map(|item| ItemRow { price_id: &item.price.id, quantity: item.quantity })
         .collect();
     let period = subscription.current_billing_period.as_ref();
     let applied: Option<(String, Option<String>)> = sqlx::query_as(
@@ -131,9 +143,9 @@ async fn project(
          RETURNING status, user_id",
     )
     .bind(id)
-    .bind(&subscription.customer_id)
+    .bind(subscription.customer_id.as_ref())
     .bind(user_id(&subscription.custom_data))
-    .bind(&subscription.status)
+    .bind(subscription.status.as_ref())
     .bind(Json(items))
     .bind(period.map(|p| p.starts_at))
     .bind(period.map(|p| p.ends_at))

@@ -1,5 +1,6 @@
 //! `transaction.completed`: the credits of a renewal.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -17,13 +18,17 @@ const RENEWAL: &str = "subscription_recurring";
 
 /// The part of a Paddle transaction entity the handler uses.
 #[derive(Debug, Deserialize)]
-struct Transaction {
-    id: String,
-    origin: Option<String>,
-    subscription_id: Option<String>,
-    custom_data: Option<CustomData>,
-    #[serde(default)]
-    items: Vec<Item>,
+struct Transaction<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow)]
+    origin: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    subscription_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    custom_data: Option<CustomData<'a>>,
+    #[serde(default, borrow)]
+    items: Vec<Item<'a>>,
     billing_period: Option<Period>,
 }
 
@@ -35,7 +40,7 @@ struct Transaction {
 pub struct TransactionCompleted(pub Arc<PriceCredits>);
 
 impl Effect for TransactionCompleted {
-    #[instrument(name = "transaction_completed", skip_all)]
+    #[instrument(name = "transaction_completed", level = "debug", skip_all)]
     async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
         let transaction: Transaction = data(event)?;
         if transaction.origin.as_deref() != Some(RENEWAL) {
