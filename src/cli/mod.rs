@@ -22,12 +22,16 @@ use crate::db::Database;
 use crate::destinations::{Declaration, Forwarding};
 use crate::inbox::Effects;
 
+/// The `--help` heading of the options every subcommand takes besides the
+/// database's, so that a subcommand's own options stand apart from them.
+pub const GLOBAL: &str = "Every subcommand";
+
 /// Verified, archived, exactly-once webhook intake for Paddle, Clerk and more.
 #[derive(Debug, Parser)]
 #[command(name = "webhook-inbox", version, about)]
 pub struct Cli {
     /// Log format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text", global = true, help_heading = GLOBAL)]
     pub log_format: LogFormat,
 
     /// The database every subcommand uses.
@@ -35,7 +39,7 @@ pub struct Cli {
     pub database: DatabaseConfig,
 
     /// The configuration file (TOML) that declares where events are forwarded (see the README, "Forward events to your app"). Unset: no destination.
-    #[arg(long = "config", env = "CONFIG_FILE", global = true, value_name = "FILE")]
+    #[arg(long = "config", env = "CONFIG_FILE", global = true, value_name = "FILE", help_heading = GLOBAL)]
     pub config: Option<PathBuf>,
 
     /// What to do.
