@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::standard_webhooks::{self, StandardWebhooksVerifier};
-use super::{EventFormat, InvalidSecret, Provider, ProviderSpec, Verified, envelope};
+use super::{EventFormat, InvalidSecret, Provider, ProviderSpec, TopLevel, Verified};
 use crate::event::{self, Event, EventError, Payload};
 
 /// Clerk at `/webhooks/clerk` and `/account/webhook`; secrets from `CLERK_WEBHOOK_SECRET`.
@@ -70,7 +70,7 @@ impl EventFormat for ClerkFormat {
     }
 
     fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
-        Envelope::read(payload)?.complete(Event::new(event_id.into(), event_type.into()))
+        Envelope::stored(payload, event_id, event_type)
     }
 }
 
@@ -84,10 +84,8 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
-impl<'a> Envelope<'a> {
-    fn read(payload: &'a Payload) -> Result<Self, EventError> {
-        envelope(payload, "Clerk")
-    }
+impl<'a> TopLevel<'a> for Envelope<'a> {
+    const FORMAT: &'static str = "Clerk";
 
     /// `event` with the envelope's time and data.
     fn complete(self, event: Event) -> Result<Event, EventError> {

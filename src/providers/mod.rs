@@ -118,6 +118,27 @@ pub trait EventFormat: Send + Sync + std::fmt::Debug {
     fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError>;
 }
 
+/// A provider's top-level event fields (its `Envelope`), read from a
+/// payload, and what they add to an event whose id and type are known.
+trait TopLevel<'a>: serde::Deserialize<'a> {
+    /// The format's name in [`EventError::NotAnEvent`].
+    const FORMAT: &'static str;
+
+    /// `event` with what the envelope adds (time, data).
+    fn complete(self, event: Event) -> Result<Event, EventError>;
+
+    /// The envelope of `payload`.
+    fn read(payload: &'a Payload) -> Result<Self, EventError> {
+        envelope(payload, Self::FORMAT)
+    }
+
+    /// The event of an archived delivery: the id and type the archive
+    /// recorded, the rest from its payload ([`EventFormat::read_stored`]).
+    fn stored(payload: &'a Payload, event_id: &str, event_type: &str) -> Result<Event, EventError> {
+        Self::read(payload)?.complete(Event::new(event_id.into(), event_type.into()))
+    }
+}
+
 /// The top-level fields of a provider's event body (its `Envelope`); a body
 /// of another shape is not an event of `format`.
 fn envelope<'a, T: serde::Deserialize<'a>>(

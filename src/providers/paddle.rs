@@ -9,13 +9,13 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::signature::SignatureError;
 use super::timestamped::{self, TimestampedVerifier};
-use super::{EventFormat, InvalidSecret, Provider, ProviderSpec, Verified, envelope};
+use super::{EventFormat, InvalidSecret, ProviderSpec, TopLevel};
 use crate::event::{self, Event, EventError, Payload};
 
 const SIGNATURE_HEADER: &str = "Paddle-Signature";
 const FORMAT: timestamped::Format = timestamped::Format {
+    provider: Paddle::NAME,
     header: SIGNATURE_HEADER,
     separator: ';',
     timestamp_key: "ts",
@@ -29,38 +29,25 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     aliases: &["/billing/webhook"],
     secret_help: "Paddle notification secret keys (Developer tools > Notifications > your destination), \
                   comma-separated (several during a rotation).",
-    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Paddle::new(secrets, tolerance_secs)?)),
+    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Paddle::verifier(secrets, tolerance_secs)?)),
     format: &PaddleFormat,
 };
 
-/// Verifies and reads Paddle Billing notifications.
+/// Paddle: its name, and its verifier ([`PaddleFormat`] reads its events).
 #[derive(Debug)]
-pub struct Paddle {
-    verifier: TimestampedVerifier,
-}
+pub struct Paddle;
 
 impl Paddle {
     /// The provider name stored with each Paddle event.
     pub const NAME: &'static str = "paddle";
 
-    /// Paddle signs with the secret key as text: its UTF-8 bytes are the HMAC key.
-    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Result<Self, InvalidSecret> {
-        Ok(Paddle { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs)? })
-    }
-}
-
-impl Provider for Paddle {
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-
-    fn verify<'h>(
-        &self,
-        headers: &'h HeaderMap,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified<'h>, SignatureError> {
-        self.verifier.verify(headers, body, now)
+    /// The verifier of Paddle's signatures. Paddle signs with the secret key
+    /// as text: its UTF-8 bytes are the HMAC key.
+    pub fn verifier(
+        secrets: &[SecretString],
+        tolerance_secs: u64,
+    ) -> Result<TimestampedVerifier, InvalidSecret> {
+        TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs)
     }
 }
 
@@ -80,7 +67,7 @@ impl EventFormat for PaddleFormat {
     }
 
     fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
-        Envelope::read(payload)?.complete(Event::new(event_id.into(), event_type.into()))
+        Envelope::stored(payload, event_id, event_type)
     }
 }
 
@@ -99,10 +86,8 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
-impl<'a> Envelope<'a> {
-    fn read(payload: &'a Payload) -> Result<Self, EventError> {
-        envelope(payload, "Paddle")
-    }
+impl<'a> TopLevel<'a> for Envelope<'a> {
+    const FORMAT: &'static str = "Paddle";
 
     /// `event` with the envelope's time, notification id and data.
     fn complete(self, event: Event) -> Result<Event, EventError> {
@@ -122,14 +107,15 @@ impl<'a> Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::{Provider, SignatureError};
     use crate::providers::{payload, signature};
     use axum::http::HeaderValue;
 
     const SECRET: &str = "pdl_ntfset_0123456789";
 
-    fn paddle(secrets: &[&str]) -> Paddle {
+    fn paddle(secrets: &[&str]) -> TimestampedVerifier {
         let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
-        Paddle::new(&secrets, 300).unwrap()
+        Paddle::verifier(&secrets, 300).unwrap()
     }
 
     fn headers(signature: &str) -> HeaderMap {
@@ -156,7 +142,7 @@ mod tests {
             let ts = vector["ts"].as_i64().unwrap();
             if secret.len() < signature::MIN_KEY_LEN {
                 // paddle-node-sdk's `VALID_SECRET` is 12 bytes: too short to configure.
-                let refused = Paddle::new(&[SecretString::from(secret)], 300).unwrap_err();
+                let refused = Paddle::verifier(&[SecretString::from(secret)], 300).unwrap_err();
                 assert_eq!(refused.problem, signature::KeyError::TooShort);
                 continue;
             }

@@ -17,14 +17,15 @@ use super::paddle::Paddle;
 use super::signature::{SignatureError, hmac_sha256};
 use super::standard_sender::StandardWebhooksSender;
 use super::stripe::Stripe;
+use super::timestamped::TimestampedVerifier;
 use super::{BUILT_IN, Provider, Verified, standard_sender};
 use crate::event::json::check_unique_keys;
 use crate::event::{EventError, Payload};
 
 const TOLERANCE: u64 = 300;
 
-fn paddle(secret: &str) -> Paddle {
-    Paddle::new(&[SecretString::from(secret)], TOLERANCE).unwrap()
+fn paddle(secret: &str) -> TimestampedVerifier {
+    Paddle::verifier(&[SecretString::from(secret)], TOLERANCE).unwrap()
 }
 
 fn paddle_headers(secret: &str, ts: &str, body: &[u8]) -> HeaderMap {
@@ -192,8 +193,8 @@ fn independent_hmac(key: &[u8], message: &[u8]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
-fn stripe(secret: &str) -> Stripe {
-    Stripe::new(&[SecretString::from(secret)], TOLERANCE).unwrap()
+fn stripe(secret: &str) -> TimestampedVerifier {
+    Stripe::verifier(&[SecretString::from(secret)], TOLERANCE).unwrap()
 }
 
 fn github(secret: &str) -> GitHub {

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::standard_webhooks::{self, StandardWebhooksVerifier};
-use super::{EventFormat, InvalidSecret, Provider, Verified, envelope};
+use super::{EventFormat, InvalidSecret, Provider, TopLevel, Verified};
 use crate::event::{self, Event, EventError, Payload};
 
 /// The event type recorded when the body has no `type` string.
@@ -71,11 +71,11 @@ impl EventFormat for StandardFormat {
             event::required(standard_webhooks::message_id(headers).map(Cow::Borrowed), "webhook-id")?,
             event::required(Some(event_type), "type")?,
         );
-        Ok(envelope.complete(event))
+        envelope.complete(event)
     }
 
     fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
-        Ok(Envelope::read(payload)?.complete(Event::new(event_id.into(), event_type.into())))
+        Envelope::stored(payload, event_id, event_type)
     }
 }
 
@@ -91,17 +91,15 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
-impl<'a> Envelope<'a> {
-    fn read(payload: &'a Payload) -> Result<Self, EventError> {
-        envelope(payload, "Standard Webhooks")
-    }
+impl<'a> TopLevel<'a> for Envelope<'a> {
+    const FORMAT: &'static str = "Standard Webhooks";
 
     /// `event` with the envelope's time, when it is RFC 3339, and data.
-    fn complete(self, event: Event) -> Event {
+    fn complete(self, event: Event) -> Result<Event, EventError> {
         let occurred_at = text(self.timestamp)
             .and_then(|ts| DateTime::parse_from_rfc3339(&ts).ok())
             .map(|ts| ts.with_timezone(&Utc));
-        Event { occurred_at, data: event::data(self.data), ..event }
+        Ok(Event { occurred_at, data: event::data(self.data), ..event })
     }
 }
 

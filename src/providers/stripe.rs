@@ -11,14 +11,14 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::signature::SignatureError;
 use super::timestamped::{self, TimestampedVerifier};
-use super::{EventFormat, InvalidSecret, Provider, ProviderSpec, Verified, envelope};
+use super::{EventFormat, InvalidSecret, ProviderSpec, TopLevel};
 use crate::event::{self, Event, EventError, Payload};
 
 const SIGNATURE_HEADER: &str = "Stripe-Signature";
 /// Stripe adds `v0` (a test-mode scheme) and may add others: only `v1` is checked.
 const FORMAT: timestamped::Format = timestamped::Format {
+    provider: Stripe::NAME,
     header: SIGNATURE_HEADER,
     separator: ',',
     timestamp_key: "t",
@@ -32,38 +32,25 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     aliases: &[],
     secret_help: "Stripe endpoint signing secrets `whsec_...` (Workbench > Webhooks > your endpoint), \
                   comma-separated (several while rolling a secret).",
-    build: |secrets, tolerance_secs| Ok(Arc::new(Stripe::new(secrets, tolerance_secs)?)),
+    build: |secrets, tolerance_secs| Ok(Arc::new(Stripe::verifier(secrets, tolerance_secs)?)),
     format: &StripeFormat,
 };
 
-/// Verifies and reads Stripe events.
+/// Stripe: its name, and its verifier ([`StripeFormat`] reads its events).
 #[derive(Debug)]
-pub struct Stripe {
-    verifier: TimestampedVerifier,
-}
+pub struct Stripe;
 
 impl Stripe {
     /// The provider name stored with each Stripe event.
     pub const NAME: &'static str = "stripe";
 
-    /// Stripe keys the HMAC with the whole secret as text, `whsec_` prefix included.
-    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Result<Self, InvalidSecret> {
-        Ok(Stripe { verifier: TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs)? })
-    }
-}
-
-impl Provider for Stripe {
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-
-    fn verify<'h>(
-        &self,
-        headers: &'h HeaderMap,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified<'h>, SignatureError> {
-        self.verifier.verify(headers, body, now)
+    /// The verifier of Stripe's signatures. Stripe keys the HMAC with the
+    /// whole secret as text, `whsec_` prefix included.
+    pub fn verifier(
+        secrets: &[SecretString],
+        tolerance_secs: u64,
+    ) -> Result<TimestampedVerifier, InvalidSecret> {
+        TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs)
     }
 }
 
@@ -83,7 +70,7 @@ impl EventFormat for StripeFormat {
     }
 
     fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
-        Envelope::read(payload)?.complete(Event::new(event_id.into(), event_type.into()))
+        Envelope::stored(payload, event_id, event_type)
     }
 }
 
@@ -99,10 +86,8 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
-impl<'a> Envelope<'a> {
-    fn read(payload: &'a Payload) -> Result<Self, EventError> {
-        envelope(payload, "Stripe")
-    }
+impl<'a> TopLevel<'a> for Envelope<'a> {
+    const FORMAT: &'static str = "Stripe";
 
     /// `event` with the envelope's creation time and data.
     fn complete(self, event: Event) -> Result<Event, EventError> {
@@ -115,12 +100,13 @@ impl<'a> Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::{Provider, SignatureError};
     use crate::providers::{payload, signature};
     use axum::http::HeaderValue;
 
-    fn stripe(secrets: &[&str]) -> Stripe {
+    fn stripe(secrets: &[&str]) -> TimestampedVerifier {
         let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
-        Stripe::new(&secrets, 300).unwrap()
+        Stripe::verifier(&secrets, 300).unwrap()
     }
 
     fn headers(signature: &str) -> HeaderMap {

@@ -7,11 +7,13 @@ use axum::http::HeaderMap;
 use secrecy::SecretString;
 
 use super::signature::{self, InvalidSecret, KeyEncoding, SignatureError, SigningKeys, TAG_LEN};
-use super::{Verified, header_str};
+use super::{Provider, Verified, header_str};
 
 /// How a provider lays out the header and the signed message.
 #[derive(Debug)]
 pub struct Format {
+    /// The provider's name (the `provider` column).
+    pub provider: &'static str,
     /// The header's name, for the reasons given on rejection.
     pub header: &'static str,
     /// Between `key=value` entries.
@@ -24,7 +26,8 @@ pub struct Format {
     pub message_separator: &'static str,
 }
 
-/// Verifies requests signed in `format`.
+/// Verifies requests signed in `format`: the [`Provider`] of every provider
+/// that signs this way, named by its format.
 #[derive(Debug)]
 pub struct TimestampedVerifier {
     format: &'static Format,
@@ -42,9 +45,15 @@ impl TimestampedVerifier {
         let keys = SigningKeys::decode(secrets, KeyEncoding::Text)?;
         Ok(TimestampedVerifier { format, keys, tolerance_secs })
     }
+}
+
+impl Provider for TimestampedVerifier {
+    fn name(&self) -> &str {
+        self.format.provider
+    }
 
     /// Checks the header against the raw body at time `now` (unix seconds).
-    pub fn verify<'h>(
+    fn verify<'h>(
         &self,
         headers: &'h HeaderMap,
         body: &[u8],
@@ -107,6 +116,7 @@ mod tests {
     use super::*;
 
     const FORMAT: Format = Format {
+        provider: "test",
         header: "X-Sig",
         separator: ',',
         timestamp_key: "t",

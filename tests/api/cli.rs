@@ -73,10 +73,11 @@ fn help_groups_each_subcommand_s_own_options_apart_from_the_global_ones_and_name
         for line in text.lines() {
             match line.strip_suffix(':').filter(|heading| !heading.starts_with(' ')) {
                 Some(heading) => sections.push((heading.to_string(), String::new())),
-                None => match sections.last_mut() {
-                    Some((_, body)) => body.push_str(&format!("{line}\n")),
-                    None => {}
-                },
+                None => {
+                    if let Some((_, body)) = sections.last_mut() {
+                        body.push_str(&format!("{line}\n"));
+                    }
+                }
             }
         }
         sections

@@ -92,7 +92,7 @@ impl Effect for SwallowsErrors {
 #[tokio::test]
 async fn a_handler_that_swallows_a_failed_statement_is_archived_failed_never_answered_processed() {
     let db = TestDatabase::create().await;
-    let providers = Registry::default().with(Paddle::new(&[PADDLE_SECRETS[0].into()], 300).unwrap());
+    let providers = Registry::default().with(Paddle::verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
     let effects = Effects::default().on("paddle", "subscription.created", SwallowsErrors);
     let router = app(AppState::new(db.pool().clone(), providers, effects, limits));

@@ -50,7 +50,7 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
     let options = webhook_inbox::db::session_options(db.connect_options(), Default::default());
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
     let providers =
-        Registry::default().with(Paddle::new(&[SecretString::from(PADDLE_SECRETS[0])], 300).unwrap());
+        Registry::default().with(Paddle::verifier(&[SecretString::from(PADDLE_SECRETS[0])], 300).unwrap());
     let credits: PriceCredits = "pri_basic=100,pri_unlisted=0".parse().unwrap();
     let effects = webhook_inbox::effects::all(credits.clone()).on(
         "paddle",
