@@ -77,6 +77,22 @@ async fn send_due(app: &TestApp) {
     round(app.pool(), &queue(app, "app"), Utc::now()).await;
 }
 
+/// Asserts that the page shows no dialog, no element and no link that came
+/// from a stored value: what a hostile value would add if printed raw.
+async fn assert_nothing_injected(browser: &Browser, page: &str) {
+    browser.assert_no_dialog().await;
+    assert_ne!(browser.client.title().await.unwrap(), "pwned", "{page}");
+    let injected = browser
+        .evaluate("return document.querySelectorAll('script, img, iframe, object, embed, main svg:not(.strip)').length")
+        .await;
+    // (The overview's chart strips are the only SVG the pages draw.)
+    assert_eq!(injected, Value::from(0), "{page}: no element came from a stored value");
+    let links = browser
+        .evaluate("return [...document.querySelectorAll('a')].filter(a => !a.getAttribute('href').startsWith('/console')).length")
+        .await;
+    assert_eq!(links, Value::from(0), "{page}: every link stays in the console");
+}
+
 /// The text of the overview's row of destination `app`, by column class.
 async fn cell(browser: &Browser, class: &str) -> String {
     browser.text(&format!("#destination-app td.{class}")).await
@@ -200,16 +216,7 @@ async fn an_events_jobs_and_a_hostile_receivers_answers_show_as_text_and_a_job_i
     // The job, its attempt: number, time, duration, status and error, the
     // start of the body, all as text.
     browser.open(&format!("{base}/console/events/{id}"), &format!("#job-{job}")).await;
-    browser.assert_no_dialog().await;
-    assert_ne!(browser.client.title().await.unwrap(), "pwned");
-    let injected = browser
-        .evaluate("return document.querySelectorAll('script, img, iframe, object, embed, main svg').length")
-        .await;
-    assert_eq!(injected, Value::from(0), "no element came from the receiver's answer");
-    let links = browser
-        .evaluate("return [...document.querySelectorAll('a')].filter(a => !a.getAttribute('href').startsWith('/console')).length")
-        .await;
-    assert_eq!(links, Value::from(0), "every link stays in the console");
+    assert_nothing_injected(&browser, "the event's page").await;
     assert_eq!(browser.client.find_all(Locator::Css("#forwarding .job")).await.unwrap().len(), 1, "one job");
     let heading = browser.text(&format!("#job-{job} h3")).await;
     assert!(heading.starts_with("→ app: dead") && heading.contains("1 attempt"), "{heading}");
@@ -248,7 +255,16 @@ async fn an_events_jobs_and_a_hostile_receivers_answers_show_as_text_and_a_job_i
         browser.client.find_all(Locator::Css(&format!("#job-{job} .attempts tbody tr"))).await.unwrap();
     assert_eq!(attempts.len(), 2);
     assert!(attempts[1].text().await.unwrap().starts_with("2 "));
-    browser.assert_no_dialog().await;
+    assert_nothing_injected(&browser, "the event's page").await;
+
+    // Dead again: the dead jobs' page and the overview show its values as text.
+    browser.open(&format!("{base}/console/destinations/app/replay-dead"), "#jobs").await;
+    assert_nothing_injected(&browser, "the dead jobs' page").await;
+    let listed = browser.text("#jobs tbody").await;
+    assert!(listed.contains(HOSTILE_TYPE) && listed.contains(HOSTILE_ID), "as text: {listed}");
+    browser.open(&format!("{base}/console"), "#destination-actions").await;
+    assert_nothing_injected(&browser, "the overview").await;
+    assert!(browser.text("#destination-actions").await.contains(&format!("replay job #{job} of app")));
     drop(browser);
     server.stop().await.unwrap();
 }
