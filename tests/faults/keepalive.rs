@@ -5,9 +5,6 @@
 //! dropping packets; `src/db/keepalive.rs` tests the settings themselves.)
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-
-use tokio::net::{TcpListener, UnixStream};
 
 use crate::support::watch::{quiet_service_sessions, until};
 use crate::support::*;
@@ -22,9 +19,9 @@ const KEEPALIVE_TIMER: &str = "02";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tcp_connection_to_the_database_has_its_keepalive_timer_armed() {
     let cluster = Cluster::start().await;
-    let proxy =
-        tcp_proxy(cluster.connect_options().get_socket().expect("a unix socket").join(".s.PGSQL.5432")).await;
-    let url = format!("postgres://postgres@{proxy}/postgres?sslmode=disable");
+    let url = cluster.url_over_tcp().await;
+    // postgres://postgres@127.0.0.1:port/postgres...
+    let proxy: SocketAddr = url.split(['@', '/']).nth(3).unwrap().parse().unwrap();
     let service = Service::start(
         &url,
         &[("DB_KEEPALIVE_IDLE_SECS", &IDLE_SECS.to_string()), ("DB_KEEPALIVE_COUNT", "4")],
@@ -48,24 +45,6 @@ async fn every_tcp_connection_to_the_database_has_its_keepalive_timer_armed() {
         assert!(*due_in <= IDLE_SECS * 100 && *due_in > (IDLE_SECS - 30) * 100, "{timers:?}");
     }
     drop(service);
-}
-
-/// Forwards each TCP connection made to the returned address to the unix
-/// socket at `target`: the database, reached over TCP.
-async fn tcp_proxy(target: PathBuf) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            let target = target.clone();
-            tokio::spawn(async move {
-                if let Ok(mut server) = UnixStream::connect(&target).await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                }
-            });
-        }
-    });
-    addr
 }
 
 /// The timer (kind, and ticks until due) of every established TCP

@@ -23,6 +23,7 @@ mod outbox_shutdown;
 mod panics;
 mod postgres_restart;
 mod replicas;
+mod session_timeouts;
 mod shutdown;
 mod slow_clients;
 mod slow_handler;

@@ -33,6 +33,26 @@ impl Cluster {
         super::service::database_url(&self.options)
     }
 
+    /// A `DATABASE_URL` of its `postgres` database reached over TCP: a
+    /// proxy on a loopback port forwards each connection to the server's
+    /// unix socket, as long as the test's runtime runs.
+    pub async fn url_over_tcp(&self) -> String {
+        let socket = self.options.get_socket().expect("a unix socket").join(".s.PGSQL.5432");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let socket = socket.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::UnixStream::connect(&socket).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        format!("postgres://postgres@{addr}/postgres?sslmode=disable")
+    }
+
     /// Options to connect to its `postgres` database.
     pub fn connect_options(&self) -> PgConnectOptions {
         self.options.clone()
