@@ -243,6 +243,8 @@ impl Bench<'_> {
             payload_bytes: self.args.payload_bytes,
             secret: PADDLE_SECRET.to_string(),
             run_id: None,
+            rate: None,
+            log: None,
             json: false,
         }
     }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -17,9 +17,15 @@ use crate::events::SignedRequest;
 
 /// What one request came back with.
 pub struct Sample {
+    /// Index of the request (its event) in the run.
+    pub request: usize,
+    /// When the request left.
+    pub sent_at: SystemTime,
     pub latency: Duration,
     /// HTTP status, or 0 when the connection failed.
     pub status: u16,
+    /// The answer carried a `Retry-After` header.
+    pub retry_after: bool,
     pub idempotent: bool,
 }
 
@@ -39,10 +45,12 @@ impl Connection {
         Ok(Connection { addr, sender })
     }
 
-    /// Sends `request` and reads the whole answer; a broken connection is
-    /// reopened for the next request and reported as status 0.
-    pub async fn send(&mut self, request: &SignedRequest) -> Sample {
-        let started = Instant::now();
+    /// Sends request `index` of `requests` and reads the whole answer; a
+    /// broken connection is reopened for the next request and reported as
+    /// status 0.
+    pub async fn send(&mut self, requests: &[SignedRequest], index: usize) -> Sample {
+        let request = &requests[index];
+        let (sent_at, started) = (SystemTime::now(), Instant::now());
         let answer = async {
             self.sender.ready().await?;
             let mut builder = Request::post(request.path)
@@ -53,34 +61,36 @@ impl Connection {
             }
             let response = self.sender.send_request(builder.body(Full::new(request.body.clone()))?).await?;
             let status = response.status().as_u16();
+            let retry_after = response.headers().contains_key("retry-after");
             let body = response.into_body().collect().await?.to_bytes();
-            anyhow::Ok((status, body))
+            anyhow::Ok((status, retry_after, body))
         }
         .await;
-        match answer {
-            Ok((status, body)) => Sample {
-                latency: started.elapsed(),
-                status,
-                idempotent: contains(&body, b"\"idempotent\":true"),
-            },
+        let (status, retry_after, idempotent) = match answer {
+            Ok((status, retry_after, body)) => (status, retry_after, contains(&body, b"\"idempotent\":true")),
             Err(_) => {
                 if let Ok(fresh) = Connection::open(self.addr).await {
                     *self = fresh;
                 }
-                Sample { latency: started.elapsed(), status: 0, idempotent: false }
+                (0, false, false)
             }
-        }
+        };
+        Sample { request: index, sent_at, latency: started.elapsed(), status, retry_after, idempotent }
     }
 }
 
 /// Sends every request `copies` times. Connections form groups of `copies`;
 /// each group takes the next event and fires its copies together, one per
-/// connection, so they reach the service at the same moment.
+/// connection, so they reach the service at the same moment. With a
+/// `spacing`, event `i` leaves no earlier than `i × spacing` after the start
+/// (a steady rate, whatever the answers take).
 pub async fn run(
     connections: Vec<Connection>,
     requests: Arc<Vec<SignedRequest>>,
     copies: usize,
+    spacing: Option<Duration>,
 ) -> anyhow::Result<Vec<Sample>> {
+    let started = tokio::time::Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let mut groups = Vec::new();
     let mut connections = connections.into_iter();
@@ -94,8 +104,13 @@ pub async fn run(
             let mut samples = Vec::new();
             loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(request) = requests.get(index) else { break };
-                let sends = group.iter_mut().map(|connection| connection.send(request));
+                if index >= requests.len() {
+                    break;
+                }
+                if let Some(spacing) = spacing {
+                    tokio::time::sleep_until(started + spacing * index as u32).await;
+                }
+                let sends = group.iter_mut().map(|connection| connection.send(&requests, index));
                 // join_all polls them in one task: the requests leave back to back.
                 samples.extend(join_all(sends).await);
             }

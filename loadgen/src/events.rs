@@ -20,6 +20,8 @@ pub enum Provider {
 
 /// One signed request, ready to send.
 pub struct SignedRequest {
+    /// The event's id, as the service will read it.
+    pub event_id: String,
     pub path: &'static str,
     pub headers: Vec<(&'static str, String)>,
     pub body: Bytes,
@@ -60,6 +62,7 @@ pub fn build(
                     let body = paddle_body(&event_id, event_type, payload_bytes);
                     let tag = hmac(secret.as_bytes(), &[ts.as_bytes(), b":", body.as_bytes()]);
                     SignedRequest {
+                        event_id,
                         path: "/billing/webhook",
                         headers: vec![("paddle-signature", format!("ts={ts};h1={}", hex::encode(tag)))],
                         body: Bytes::from(body),
@@ -73,10 +76,11 @@ pub fn build(
                     SignedRequest {
                         path: "/account/webhook",
                         headers: vec![
-                            ("svix-id", event_id),
+                            ("svix-id", event_id.clone()),
                             ("svix-timestamp", ts.clone()),
                             ("svix-signature", format!("v1,{}", STANDARD.encode(tag))),
                         ],
+                        event_id,
                         body: Bytes::from(body),
                     }
                 }

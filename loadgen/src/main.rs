@@ -10,6 +10,7 @@
 //! Requests are built and signed before the clock starts, so the measured
 //! time is the service's, not the generator's HMAC work.
 
+mod answers;
 mod bench;
 mod client;
 mod console;
@@ -22,8 +23,9 @@ mod results;
 mod service;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Parser};
 
@@ -72,6 +74,13 @@ pub struct LoadArgs {
     /// Prefix of the event ids, so that runs on one database do not collide.
     #[arg(long)]
     run_id: Option<String>,
+    /// Events sent per second, evenly spaced whatever the answers take (unset: as fast as the connections go).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Write one line per answer to this file (tab-separated: event id, sent and answered at in Unix
+    /// milliseconds, status (0: no answer), Retry-After present, idempotent).
+    #[arg(long)]
+    log: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -91,9 +100,15 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds, signs, connects, then sends and measures.
+/// Builds, signs, connects, then sends and measures, and writes the answers to `--log`.
 pub async fn load(args: &LoadArgs) -> anyhow::Result<Report> {
-    prepare(args).await?.send().await
+    let prepared = prepare(args).await?;
+    let requests = prepared.requests.clone();
+    let (report, samples) = prepared.send_keeping_samples().await?;
+    if let Some(path) = &args.log {
+        answers::write(path, &requests, &samples)?;
+    }
+    Ok(report)
 }
 
 /// A load run ready to go: its requests built and signed, its connections open.
@@ -101,11 +116,17 @@ pub struct Prepared {
     connections: Vec<client::Connection>,
     requests: Arc<Vec<events::SignedRequest>>,
     copies: usize,
+    spacing: Option<Duration>,
 }
 
 /// Builds and signs the requests and opens the connections, before any clock starts.
 pub async fn prepare(args: &LoadArgs) -> anyhow::Result<Prepared> {
     anyhow::ensure!(args.copies >= 1 && args.concurrency >= args.copies, "need concurrency >= copies >= 1");
+    let spacing = match args.rate {
+        Some(rate) if rate.is_finite() && rate > 0.0 => Some(Duration::from_secs_f64(1.0 / rate)),
+        Some(_) => anyhow::bail!("--rate must be a positive number of events per second"),
+        None => None,
+    };
     let run_id = args.run_id.clone().unwrap_or_else(|| format!("{:x}", events::unix_nanos()));
     let requests = events::build(
         args.provider,
@@ -120,14 +141,19 @@ pub async fn prepare(args: &LoadArgs) -> anyhow::Result<Prepared> {
     for _ in 0..groups * args.copies {
         connections.push(client::Connection::open(args.addr).await?);
     }
-    Ok(Prepared { connections, requests: Arc::new(requests), copies: args.copies })
+    Ok(Prepared { connections, requests: Arc::new(requests), copies: args.copies, spacing })
 }
 
 impl Prepared {
     /// Sends every request and measures.
     pub async fn send(self) -> anyhow::Result<Report> {
+        Ok(self.send_keeping_samples().await?.0)
+    }
+
+    /// Sends every request, measures, and keeps every answer.
+    async fn send_keeping_samples(self) -> anyhow::Result<(Report, Vec<client::Sample>)> {
         let started = Instant::now();
-        let samples = client::run(self.connections, self.requests, self.copies).await?;
-        Ok(Report::new(&samples, started.elapsed()))
+        let samples = client::run(self.connections, self.requests, self.copies, self.spacing).await?;
+        Ok((Report::new(&samples, started.elapsed()), samples))
     }
 }
