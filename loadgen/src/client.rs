@@ -27,6 +27,8 @@ pub struct Sample {
     /// The answer carried a `Retry-After` header.
     pub retry_after: bool,
     pub idempotent: bool,
+    /// The `error` of an answer's JSON body, if it has one.
+    pub error: Option<String>,
 }
 
 /// One open connection to the service.
@@ -66,16 +68,24 @@ impl Connection {
             anyhow::Ok((status, retry_after, body))
         }
         .await;
-        let (status, retry_after, idempotent) = match answer {
-            Ok((status, retry_after, body)) => (status, retry_after, contains(&body, b"\"idempotent\":true")),
+        let (status, retry_after, body) = match answer {
+            Ok(answer) => answer,
             Err(_) => {
                 if let Ok(fresh) = Connection::open(self.addr).await {
                     *self = fresh;
                 }
-                (0, false, false)
+                (0, false, Bytes::new())
             }
         };
-        Sample { request: index, sent_at, latency: started.elapsed(), status, retry_after, idempotent }
+        Sample {
+            request: index,
+            sent_at,
+            latency: started.elapsed(),
+            status,
+            retry_after,
+            idempotent: contains(&body, b"\"idempotent\":true"),
+            error: error_of(&body),
+        }
     }
 }
 
@@ -122,6 +132,12 @@ pub async fn run(
         samples.extend(group.await?);
     }
     Ok(samples)
+}
+
+/// The `error` string of a JSON body (`{"error": "..."}`), if any.
+fn error_of(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    Some(value.get("error")?.as_str()?.to_string())
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

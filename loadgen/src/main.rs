@@ -78,7 +78,7 @@ pub struct LoadArgs {
     #[arg(long)]
     rate: Option<f64>,
     /// Write one line per answer to this file (tab-separated: event id, sent and answered at in Unix
-    /// milliseconds, status (0: no answer), Retry-After present, idempotent).
+    /// milliseconds, status (0: no answer), Retry-After present, idempotent, the body's `error`).
     #[arg(long)]
     log: Option<PathBuf>,
     /// Print one JSON object instead of text.
