@@ -190,6 +190,8 @@ impl Setting<'_> {
             payload_bytes: self.args.payload_bytes,
             secret: PADDLE_SECRET.to_string(),
             run_id: None,
+            rate: None,
+            log: None,
             json: false,
         };
         let report = prepare(&load).await?.send().await?;
@@ -330,7 +332,7 @@ async fn paced(addr: SocketAddr, count: usize, rate: u32, payload_bytes: usize) 
             let mut failed = 0;
             for index in (lane..requests.len()).step_by(lanes) {
                 tokio::time::sleep_until(start + interval * index as u32).await;
-                failed += usize::from(connection.send(&requests[index]).await.status != 200);
+                failed += usize::from(connection.send(&requests, index).await.status != 200);
             }
             failed
         }));
