@@ -130,6 +130,10 @@ pub struct ServeConfig {
     #[command(flatten)]
     pub retention: RetentionConfig,
 
+    /// Periodic reconciliation with the providers' event APIs (off by default).
+    #[command(flatten)]
+    pub reconcile: crate::reconcile::PeriodicConfig,
+
     /// The outbox worker and its SMTP server.
     #[command(flatten)]
     pub outbox: OutboxConfig,

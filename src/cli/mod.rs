@@ -51,7 +51,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Receive webhooks over HTTP (applies migrations first, unless --no-migrate).
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Find, inspect and reprocess archived deliveries.
     #[command(subcommand)]
     Events(events::EventsCommand),
@@ -85,7 +85,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         None => Declaration::default(),
     };
     let command = match cli.command {
-        Command::Serve(config) => return serve::run(&cli.database, config, declaration).await,
+        Command::Serve(config) => return serve::run(&cli.database, *config, declaration).await,
         command => command,
     };
     let request_id = uuid::Uuid::now_v7().to_string();

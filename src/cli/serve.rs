@@ -20,6 +20,7 @@ use crate::operations::{Age, RetentionPolicy, retention};
 use crate::outbox::{Emails, Mailer, Templates};
 use crate::providers::{self, Registry};
 use crate::queue::{Engine, Schedule};
+use crate::reconcile::{PeriodicConfig, periodic};
 
 /// How often retention purges the archive.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
@@ -96,6 +97,7 @@ pub async fn run(
     let stop = CancellationToken::new();
     let retention = retention
         .map(|policy| tokio::spawn(retention::run(db.pool.clone(), policy, RETENTION_EVERY, stop.clone())));
+    let reconcilers = reconcilers(&config.reconcile, &state, &stop);
     let shutdown = {
         let stop = stop.clone();
         async move {
@@ -127,6 +129,11 @@ pub async fn run(
         ),
         background,
     );
+    // Stopped by the same signal: a run in progress is dropped (it resumes
+    // from its mark), so these end at once.
+    for reconciler in reconcilers {
+        let _ = reconciler.await;
+    }
     db.close_by((signalled + grace).into_std()).await;
     if !(deliveries_done && emails_done) {
         tracing::error!(
@@ -139,6 +146,35 @@ pub async fn run(
         anyhow::bail!("shutdown grace period expired with work in flight");
     }
     Ok(())
+}
+
+/// Starts the periodic reconciliation of every provider with an API key,
+/// if `RECONCILE_INTERVAL_SECS` turns it on.
+fn reconcilers(config: &PeriodicConfig, state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+    let logs = config.logs(&client::build());
+    let interval = Duration::from_secs(config.reconcile_interval_secs);
+    if config.reconcile_interval_secs > 0 && logs.is_empty() {
+        tracing::warn!(
+            "RECONCILE_INTERVAL_SECS is set, but no provider has an API key: nothing is reconciled"
+        );
+    }
+    logs.into_iter()
+        .map(|log| {
+            tracing::info!(
+                provider = log.provider(),
+                every_secs = interval.as_secs(),
+                "reconciling periodically"
+            );
+            periodic::spawn(
+                state.pool.clone(),
+                state.effects.clone(),
+                log,
+                interval,
+                state.metrics.clone(),
+                stop.clone(),
+            )
+        })
+        .collect()
 }
 
 /// Retention's policy, or `None` when it is off.

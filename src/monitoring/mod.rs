@@ -7,6 +7,7 @@
 mod database;
 mod deliveries;
 mod destinations;
+mod reconciliation;
 mod registry;
 
 use std::sync::Arc;
@@ -90,6 +91,12 @@ impl Metrics {
         self.providers.get(name, || ProviderMetrics::register(&self.recorder, name))
     }
 
+    /// Counts one of this process's reconciliation runs of `provider`:
+    /// `ok`, `failed`, or `busy` (another process was reconciling it).
+    pub fn reconciliation_run(&self, provider: &str, outcome: &'static str) {
+        reconciliation::count_run(&self.recorder, provider, outcome);
+    }
+
     /// The counter of batches of deliveries that failed together and were
     /// recorded one at a time: a regression that keeps batching from
     /// working shows here.
@@ -115,6 +122,17 @@ impl Metrics {
                 }
                 Err(_) => {
                     tracing::warn!("metrics: destination gauges query timed out");
+                    self.database.failed();
+                }
+            }
+            match tokio::time::timeout(database::QUERY_TIMEOUT, reconciliation::query(pool)).await {
+                Ok(Ok(rows)) => reconciliation::set_all(&self.recorder, &rows),
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "metrics: reconciliation gauges not refreshed");
+                    self.database.failed();
+                }
+                Err(_) => {
+                    tracing::warn!("metrics: reconciliation gauges query timed out");
                     self.database.failed();
                 }
             }
@@ -147,6 +165,7 @@ fn describe(recorder: &PrometheusRecorder) {
     use database::*;
     use deliveries::*;
     use destinations::*;
+    use reconciliation::*;
     let describe = |name: &'static str, unit: Option<Unit>, help: &'static str| {
         recorder.describe_counter(KeyName::from_const_str(name), unit, help.into())
     };
@@ -174,6 +193,26 @@ fn describe(recorder: &PrometheusRecorder) {
         OUTBOX,
         None,
         "Outbox emails by state: pending (waiting to be sent or retried), dead (given up).",
+    );
+    describe(
+        RUNS,
+        None,
+        "Reconciliation runs of this process, by provider and outcome (ok, failed, busy: another process had it).",
+    );
+    describe(
+        RECOVERED,
+        None,
+        "Events recovered from the provider's event API by reconciliation, every run counted.",
+    );
+    describe(
+        LAST_RUN,
+        Some(Unit::Seconds),
+        "When the provider's last reconciliation run ended (unix time), any process's.",
+    );
+    describe(
+        LAST_SUCCESS,
+        None,
+        "1 when the provider's last reconciliation run succeeded, 0 when it failed.",
     );
     describe(QUERY_OK, None, "1 when the last database query for these gauges succeeded.");
     describe(

@@ -30,6 +30,37 @@ pub struct ApiConfig {
     pub stripe_api_url: Url,
 }
 
+/// Reconciliation inside `serve`: the APIs, and how often.
+#[derive(Debug, Clone, Args)]
+pub struct PeriodicConfig {
+    /// The event APIs.
+    #[command(flatten)]
+    pub api: ApiConfig,
+
+    /// Seconds between two reconciliations of each provider whose API key is set (PADDLE_API_KEY, STRIPE_API_KEY), the first at startup; every replica may run it, one at a time reads a provider. 0: off.
+    #[arg(
+        long,
+        env = "RECONCILE_INTERVAL_SECS",
+        default_value_t = 0,
+        help_heading = "Reconciliation (the providers' event APIs)"
+    )]
+    pub reconcile_interval_secs: u64,
+}
+
+impl PeriodicConfig {
+    /// The logs to reconcile periodically, each with its API client built
+    /// on `http`: none when off.
+    pub fn logs(&self, http: &reqwest::Client) -> Vec<Log> {
+        if self.reconcile_interval_secs == 0 {
+            return Vec::new();
+        }
+        ["paddle", "stripe"]
+            .into_iter()
+            .filter_map(|provider| self.api.log(provider, http.clone()).ok())
+            .collect()
+    }
+}
+
 /// Why a provider's log cannot be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LogError {

@@ -9,7 +9,8 @@
 //! [`inbox::Source::Api`](crate::inbox::Source::Api): same provider, same
 //! event id, so the dedup table makes it exactly once against any webhook
 //! of the same event. [`state`] keeps the mark, the last run, and the lock
-//! that keeps one run per provider at a time. A provider without a log to
+//! that keeps one run per provider at a time; [`periodic`] runs it inside
+//! `serve`, every replica taking turns. A provider without a log to
 //! read gets its [`gap`]: how long since its last verified delivery.
 
 mod client;
@@ -17,12 +18,13 @@ mod config;
 mod gap;
 mod log;
 mod paddle;
+pub mod periodic;
 mod run;
 pub mod state;
 mod stripe;
 
 pub use client::{ApiClient, ApiError, UnexpectedAnswer};
-pub use config::{ApiConfig, Log, LogError};
+pub use config::{ApiConfig, Log, LogError, PeriodicConfig};
 pub use gap::{Gap, gap};
 pub use log::{EventLog, Order, Page, Start};
 pub use paddle::PaddleLog;
@@ -34,6 +36,14 @@ use sqlx::PgPool;
 use crate::inbox::Effects;
 
 impl Log {
+    /// The provider whose log it is.
+    pub fn provider(&self) -> &'static str {
+        match self {
+            Log::Paddle(log) => log.provider(),
+            Log::Stripe(log) => log.provider(),
+        }
+    }
+
     /// Runs [`reconcile`] on this log.
     pub async fn reconcile(
         &self,

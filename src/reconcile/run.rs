@@ -194,6 +194,7 @@ async fn read(
     loop {
         let page = log.read(&start, next.as_deref()).await?;
         summary.pages += 1;
+        let recovered_before = summary.recovered;
         deliver_page(
             conn,
             effects,
@@ -215,6 +216,9 @@ async fn read(
             failed = summary.failed,
             "reconciling"
         );
+        if summary.recovered > recovered_before {
+            state::add_recovered(conn, provider, summary.recovered - recovered_before).await?;
+        }
         match page.next {
             Some(page_next) => {
                 // Oldest first, every event up to this page's end has been read.

@@ -103,6 +103,16 @@ pub async fn store_mark(conn: &mut PgConnection, provider: &str, mark: &Mark) ->
     .map(drop)
 }
 
+/// Adds `recovered` events to `provider`'s count (after each page).
+pub async fn add_recovered(conn: &mut PgConnection, provider: &str, recovered: usize) -> sqlx::Result<()> {
+    sqlx::query("UPDATE reconciliation_state SET recovered_total = recovered_total + $2 WHERE provider = $1")
+        .bind(provider)
+        .bind(recovered as i64)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
 /// Records that a run of `provider` started now.
 pub async fn started(conn: &mut PgConnection, provider: &str) -> sqlx::Result<()> {
     sqlx::query(

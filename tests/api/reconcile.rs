@@ -5,13 +5,18 @@
 //! bad keys writing nothing.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
+use tokio_util::sync::CancellationToken;
+use webhook_inbox::client;
+use webhook_inbox::reconcile::{ApiConfig, periodic};
 
 use crate::support::events::*;
 use crate::support::provider_api::{API_KEY, FakeApi, Fault};
+use crate::support::watch::until;
 use crate::support::*;
 
 /// A Paddle event as its API lists it: the webhook's body without the
@@ -307,4 +312,98 @@ async fn a_provider_without_an_event_api_gets_the_time_since_its_last_verified_d
     let gap = summary(reconcile(&app, "clerk", &api, &[]).await);
     assert!(gap["gap_secs"].as_i64().is_some_and(|secs| (0..60).contains(&secs)), "{gap}");
     assert_eq!(app.rows_everywhere().await, 4, "archive, dedup, the user and its welcome email; no more");
+}
+
+/// The admin API's token in these tests.
+const ADMIN: &str = "admin-token-for-the-reconcile-tests";
+
+#[tokio::test]
+async fn the_admin_api_and_the_metrics_show_each_providers_last_run() {
+    let app = TestApp::spawn_with(TestConfig { admin_token: Some(ADMIN), ..TestConfig::default() }).await;
+    let api = FakeApi::paddle(vec![renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
+    let stripe_api = FakeApi::stripe(vec![]).await;
+    reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await.ok();
+    let refused = reconcile(&app, "stripe", &stripe_api, &["--stripe-api-key", "sk_wrong"]).await;
+    assert!(refused.error.is_some());
+
+    let answer = app.get("/admin/reconciliation", Some(ADMIN)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+    let runs = answer.body["reconciliation"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let (paddle_run, stripe_run) = (&runs[0], &runs[1]);
+    assert_eq!((&paddle_run["provider"], &paddle_run["result"]), (&json!("paddle"), &json!("ok")));
+    assert_eq!(paddle_run["summary"]["recovered"], 1);
+    assert!(paddle_run["finished_at"].is_string());
+    assert_eq!((&stripe_run["provider"], &stripe_run["result"]), (&json!("stripe"), &json!("failed")));
+    assert!(stripe_run["error"].as_str().unwrap().contains("STRIPE_API_KEY"));
+    assert_eq!(app.get("/admin/reconciliation", None).await.status, StatusCode::UNAUTHORIZED);
+
+    let metrics = app.metrics().await;
+    for line in [
+        r#"webhook_reconcile_recovered_events_total{provider="paddle"} 1"#,
+        r#"webhook_reconcile_last_run_success{provider="paddle"} 1"#,
+        r#"webhook_reconcile_last_run_success{provider="stripe"} 0"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+    assert!(metrics.contains(r#"webhook_reconcile_last_run_timestamp_seconds{provider="paddle"}"#));
+}
+
+/// The count of `outcome` runs of paddle this app's process made.
+async fn runs(state: &webhook_inbox::http::AppState, outcome: &str) -> u64 {
+    let line = format!(r#"webhook_reconcile_runs_total{{provider="paddle",outcome="{outcome}"}} "#);
+    let metrics = state.metrics.render(&state.pool).await;
+    metrics.lines().find_map(|l| l.strip_prefix(&line)).map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_reconciling_periodically_never_read_the_same_provider_at_once() {
+    let app = TestApp::spawn().await;
+    let (replica, _) = app.replica().await;
+    // Recent: a first run reads the last 7 days.
+    let mut recent = renewal("evt_02", "txn_02", SECOND_PERIOD);
+    recent["occurred_at"] = chrono::Utc::now().to_rfc3339().into();
+    let api = FakeApi::paddle(vec![recent]).await;
+    api.close();
+    let config = ApiConfig {
+        paddle_api_key: Some(API_KEY.into()),
+        paddle_api_url: api.url().parse().unwrap(),
+        stripe_api_key: None,
+        stripe_api_url: "http://127.0.0.1:9".parse().unwrap(),
+    };
+    let stop = CancellationToken::new();
+    let replicas = [&app.state, &replica];
+    let loops: Vec<_> = replicas
+        .iter()
+        .map(|state| {
+            let log = config.log("paddle", client::build()).unwrap();
+            periodic::spawn(
+                state.pool.clone(),
+                state.effects.clone(),
+                log,
+                Duration::from_millis(20),
+                state.metrics.clone(),
+                stop.clone(),
+            )
+        })
+        .collect();
+
+    // One replica's run reads its first page and is held there; meanwhile
+    // every turn of either replica finds the provider busy.
+    until("both replicas' turns to find paddle busy", async || {
+        runs(&app.state, "busy").await + runs(&replica, "busy").await >= 5
+    })
+    .await;
+    assert_eq!(api.received().len(), 1, "one replica reads; the other never starts");
+    api.open();
+    until("four runs to complete", async || runs(&app.state, "ok").await + runs(&replica, "ok").await >= 4)
+        .await;
+    stop.cancel();
+    for running in loops {
+        running.await.unwrap();
+    }
+
+    assert_eq!(api.max_in_flight(), 1, "never two reads of paddle at once");
+    assert_eq!(balance(&app).await, 500, "applied once");
+    assert_eq!(app.count("SELECT count(*) FROM webhook_events").await, 1);
 }

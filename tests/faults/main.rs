@@ -22,6 +22,7 @@ mod logs;
 mod outbox_shutdown;
 mod panics;
 mod postgres_restart;
+mod reconcile;
 mod replicas;
 mod session_timeouts;
 mod shutdown;

@@ -4,6 +4,7 @@
 
 mod destinations;
 mod events;
+mod reconciliation;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -26,6 +27,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/destinations/{name}/resume", post(destinations::resume))
         .route("/destinations/{name}/test", post(destinations::test))
         .route("/jobs", get(destinations::list_jobs))
+        .route("/reconciliation", get(reconciliation::last_runs))
         .route("/jobs/replay", post(destinations::replay_dead))
         .route("/jobs/{id}", get(destinations::show_job))
         .route("/jobs/{id}/replay", post(destinations::replay_job))

@@ -46,6 +46,18 @@ struct Inner {
     repeat_across_pages: bool,
     /// Most events a page, whatever the request asks (smaller than the real cap, for many pages).
     page_cap: usize,
+    /// Requests being answered now, and the most there ever were at once.
+    in_flight: usize,
+    max_in_flight: usize,
+}
+
+/// A request being answered: counted in flight until dropped.
+struct InFlight(Arc<Mutex<Inner>>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().in_flight -= 1;
+    }
 }
 
 /// A fake provider API.
@@ -126,6 +138,11 @@ impl FakeApi {
         self.gate.send_replace(true);
     }
 
+    /// The most requests that were ever being answered at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.lock().unwrap().max_in_flight
+    }
+
     /// The requests received so far.
     pub fn received(&self) -> Vec<Received> {
         self.inner.lock().unwrap().received.clone()
@@ -136,19 +153,22 @@ impl FakeApi {
         &self,
         headers: &HeaderMap,
         query: &HashMap<String, String>,
-    ) -> (usize, bool, Option<Fault>) {
+    ) -> (InFlight, usize, bool, Option<Fault>) {
         let authorized = headers.get("authorization").and_then(|v| v.to_str().ok())
             == Some(format!("Bearer {}", self.key).as_str());
         let n = {
             let mut inner = self.inner.lock().unwrap();
             inner.received.push(Received { query: query.clone(), authorized });
+            inner.in_flight += 1;
+            inner.max_in_flight = inner.max_in_flight.max(inner.in_flight);
             inner.received.len()
         };
+        let in_flight = InFlight(self.inner.clone());
         self.arrived.notify_waiters();
         let mut gate = self.gate.subscribe();
         gate.wait_for(|open| *open).await.unwrap();
         let fault = self.inner.lock().unwrap().faults.get(&n).copied();
-        (n, authorized, fault)
+        (in_flight, n, authorized, fault)
     }
 }
 
@@ -170,7 +190,7 @@ async fn paddle_events(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let (n, authorized, fault) = fake.arrive(&headers, &query).await;
+    let (_in_flight, n, authorized, fault) = fake.arrive(&headers, &query).await;
     let request_id = format!("req_paddle_{n}");
     if !authorized {
         let body = json!({
@@ -219,7 +239,7 @@ async fn stripe_events(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let (n, authorized, fault) = fake.arrive(&headers, &query).await;
+    let (_in_flight, n, authorized, fault) = fake.arrive(&headers, &query).await;
     let request_id = [("request-id", format!("req_stripe_{n}"))];
     if !authorized {
         let body = json!({ "error": { "type": "invalid_request_error",

@@ -7,6 +7,9 @@
 #[path = "../../api/support/database.rs"]
 pub mod database;
 #[allow(dead_code)]
+#[path = "../../api/support/provider_api.rs"]
+pub mod provider_api;
+#[allow(dead_code)]
 #[path = "../../api/support/receiver.rs"]
 pub mod receiver;
 #[allow(dead_code)]

@@ -1,0 +1,140 @@
+//! kill -9 in the middle of a reconciliation: the real binary reads a fake
+//! Paddle API page by page and is killed while one event of a page is
+//! inside its transaction. The next run starts from the mark the killed
+//! one stored after its last complete page, and applies nothing twice.
+
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::support::provider_api::{API_KEY, FakeApi};
+use crate::support::service::database_url;
+use crate::support::watch::{
+    Gate, install_gate_after_insert, until, until_no_service_session, waiting_at_gate,
+};
+use crate::support::*;
+
+/// The gate the renewal `evt_k4` (first of the second page) waits at, its
+/// dedup row and archive row written, its credit grant being inserted.
+const MID_PAGE: i64 = 41;
+
+/// Renewal `n` of `sub_01`: its own transaction and period, 500 credits,
+/// an hour after the previous one (so the mark moves past it).
+fn renewal(n: u32) -> Value {
+    json!({
+        "event_id": format!("evt_k{n}"),
+        "event_type": "transaction.completed",
+        "occurred_at": format!("2025-03-01T{n:02}:00:00Z"),
+        "data": {
+            "id": format!("txn_k{n}"), "status": "completed", "origin": "subscription_recurring",
+            "subscription_id": "sub_01", "customer_id": "ctm_01",
+            "custom_data": { "user_id": "user_42" },
+            "items": [{ "price": { "id": "pri_pro" }, "quantity": 1 }],
+            "billing_period": { "starts_at": format!("2025-{n:02}-01T00:00:00Z"),
+                                "ends_at": format!("2025-{:02}-01T00:00:00Z", n + 1) }
+        }
+    })
+}
+
+/// `webhook-inbox reconcile paddle --json` against `api`, as a child process.
+fn reconcile(database_url: &str, api: &FakeApi) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"));
+    command
+        .args(["reconcile", "paddle", "--json"])
+        .env_clear()
+        .current_dir(std::env::temp_dir())
+        .env("DATABASE_URL", database_url)
+        .env("PADDLE_API_URL", api.url())
+        .env("PADDLE_API_KEY", API_KEY)
+        .env("PADDLE_PRICE_CREDITS", "pri_pro=500")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciliation_killed_mid_page_resumes_from_its_mark_and_applies_nothing_twice() {
+    let db = TestDatabase::create().await;
+    let url = database_url(&db.connect_options());
+    let api = FakeApi::paddle((1..=6).map(renewal).collect()).await;
+    api.page_cap(2);
+    install_gate_after_insert(
+        db.pool(),
+        "credit_grants",
+        &format!("CASE NEW.event_id WHEN 'evt_k4' THEN {MID_PAGE} ELSE 0 END"),
+    )
+    .await;
+    let gate = Gate::close(db.pool(), MID_PAGE).await;
+    // A mark as an earlier run would have left it, before the whole log.
+    sqlx::query(
+        "INSERT INTO reconciliation_state (provider, mark_at) VALUES ('paddle', '2025-01-01T00:00:00Z')",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+
+    let mut killed = reconcile(&url, &api).spawn().unwrap();
+    until("evt_k4 inside its transaction", async || waiting_at_gate(db.pool(), MID_PAGE).await == 1).await;
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    until_no_service_session(db.pool()).await;
+    gate.open().await;
+
+    // Page one ([k1 k2]) and k3 of page two committed; k4 died with its transaction.
+    let applied = |pool| async move {
+        sqlx::query_scalar::<_, String>("SELECT event_id FROM processed_webhook_events ORDER BY event_id")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(applied(db.pool()).await, ["evt_k1", "evt_k2", "evt_k3"]);
+    let (cursor, finished): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
+        sqlx::query_as("SELECT cursor, last_finished_at FROM reconciliation_state WHERE provider = 'paddle'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    // After page one the newest event read was k2: the mark stands at k1, an hour before it.
+    assert_eq!((cursor.as_deref(), finished), (Some("evt_k1"), None), "the mark of page one; no end");
+    let killed_requests = api.received().len();
+    assert_eq!(killed_requests, 2);
+
+    let resumed = reconcile(&url, &api).output().unwrap();
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let summary: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+
+    let requests = api.received();
+    assert_eq!(requests[killed_requests].query.get("after").map(String::as_str), Some("evt_k1"));
+    assert_eq!(
+        [&summary["seen"], &summary["already_recorded"], &summary["recovered"], &summary["failed"]],
+        [&json!(5), &json!(2), &json!(3), &json!(0)],
+        "k2..k6 read; k2 and k3 already applied: {summary}"
+    );
+    assert_eq!(applied(db.pool()).await, ["evt_k1", "evt_k2", "evt_k3", "evt_k4", "evt_k5", "evt_k6"]);
+    let (grants, distinct, archived, processed): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM credit_grants), (SELECT count(DISTINCT cause) FROM credit_grants),
+                (SELECT count(*) FROM webhook_events),
+                (SELECT count(*) FROM webhook_events WHERE processing_status = 'PROCESSED' AND source = 'api')",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        (grants, distinct, archived, processed),
+        (6, 6, 6, 6),
+        "each event once, nothing else archived"
+    );
+    Report {
+        fault: "reconciliation killed mid-page (SIGKILL)",
+        events: 6,
+        deliveries: requests.len(),
+        ledger: None,
+        notes: format!(
+            "killed with 3 of 6 events applied and the 4th in its transaction; resumed after {}, \
+             recovered 3, each grant once",
+            cursor.unwrap_or_default()
+        ),
+    }
+    .print();
+}
