@@ -43,15 +43,7 @@ pub fn spawn(
             };
             let outcome = match &result {
                 Ok(summary) => {
-                    tracing::info!(
-                        provider,
-                        pages = summary.pages,
-                        seen = summary.seen,
-                        recovered = summary.recovered,
-                        failed = summary.failed,
-                        took_ms = summary.took_ms,
-                        "reconciled"
-                    );
+                    summary.log("reconciled");
                     "ok"
                 }
                 Err(ReconcileError::AlreadyRunning(_)) => {

@@ -91,6 +91,23 @@ pub struct Summary {
     pub took_ms: u64,
 }
 
+impl Summary {
+    /// Logs the counts, under `message` (never an event's content).
+    pub fn log(&self, message: &str) {
+        tracing::info!(
+            provider = %self.provider,
+            pages = self.pages,
+            seen = self.seen,
+            already_recorded = self.already_recorded,
+            recovered = self.recovered,
+            missing = self.missing,
+            failed = self.failed,
+            took_ms = self.took_ms,
+            "{message}"
+        );
+    }
+}
+
 /// An event the run archived FAILED.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Failure {
@@ -207,15 +224,8 @@ async fn read(
             &mut summary,
         )
         .await?;
-        tracing::info!(
-            page = summary.pages,
-            seen = summary.seen,
-            already_recorded = summary.already_recorded,
-            recovered = summary.recovered,
-            missing = summary.missing,
-            failed = summary.failed,
-            "reconciling"
-        );
+        // The progress line, after each page.
+        summary.log("reconciling");
         if summary.recovered > recovered_before {
             state::add_recovered(conn, provider, summary.recovered - recovered_before).await?;
         }
