@@ -39,19 +39,21 @@ pub fn check_unique_keys(body: &str) -> Result<(), EventError> {
             b'[' => open.push(None),
             b'}' | b']' => {
                 if let Some(Some(start)) = open.pop() {
-                    let object = &mut keys[start..];
-                    object.sort_unstable();
-                    if object.windows(2).any(|pair| pair[0] == pair[1]) {
+                    if repeats(&mut keys[start..]) {
                         return Err(EventError::DuplicateKey);
                     }
                     keys.truncate(start);
                 }
             }
             _ => {
-                let end = string_end(bytes, i);
+                let (end, escaped) = string_end(bytes, i);
                 let is_key = bytes[end..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':');
                 if is_key && matches!(open.last(), Some(Some(_))) {
-                    keys.push(unescape(&body[i..end]));
+                    let token = &body[i..end];
+                    keys.push(match escaped {
+                        false => Cow::Borrowed(token.get(1..token.len() - 1).unwrap_or(token)),
+                        true => unescape(token),
+                    });
                 }
                 i = end;
                 continue;
@@ -73,27 +75,35 @@ const STRUCTURAL: [bool; 256] = {
     table
 };
 
+/// Whether an object's keys hold one twice. A few keys (most objects) are
+/// compared pairwise, where unequal lengths settle most pairs at once; more
+/// are sorted first, so that a hostile object costs O(n log n).
+fn repeats(object: &mut [Cow<'_, str>]) -> bool {
+    if object.len() <= 8 {
+        return (1..object.len()).any(|j| object[..j].contains(&object[j]));
+    }
+    object.sort_unstable();
+    object.windows(2).any(|pair| pair[0] == pair[1])
+}
+
 /// Index just past the string starting with the quote at `start` (or the
-/// end of the input, for an unterminated one).
-fn string_end(bytes: &[u8], start: usize) -> usize {
+/// end of the input, for an unterminated one), and whether it has an escape.
+fn string_end(bytes: &[u8], start: usize) -> (usize, bool) {
     let mut i = start + 1;
+    let mut escaped = false;
     while let Some(at) = bytes.get(i..).and_then(|rest| memchr::memchr2(b'"', b'\\', rest)) {
         i += at;
         match bytes[i] {
-            b'"' => return i + 1,
-            _ => i += 2,
+            b'"' => return (i + 1, escaped),
+            _ => (i, escaped) = (i + 2, true),
         }
     }
-    bytes.len()
+    (bytes.len(), escaped)
 }
 
-/// The key a quoted string token stands for; the token itself if it does
+/// The key an escaped string token stands for; the token itself if it does
 /// not decode (such a body fails later anyway).
 fn unescape(token: &str) -> Cow<'_, str> {
-    let inner = token.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(token);
-    if !inner.contains('\\') {
-        return Cow::Borrowed(inner);
-    }
     serde_json::from_str::<String>(token).map_or(Cow::Borrowed(token), Cow::Owned)
 }
 
@@ -125,6 +135,18 @@ mod tests {
             r#"}}]]{"a":1}"#,
         ] {
             assert_eq!(check_unique_keys(body), Ok(()), "{body}");
+        }
+    }
+
+    #[test]
+    fn objects_of_many_keys_are_checked_as_well_as_small_ones() {
+        let keys: Vec<String> = (0..20).map(|i| format!("\"k{i}\":{i}")).collect();
+        assert_eq!(check_unique_keys(&format!("{{{}}}", keys.join(","))), Ok(()));
+        for at in [0, 9, 19] {
+            let mut repeated = keys.clone();
+            repeated.push(format!("\"k{at}\":0"));
+            let body = format!("{{{}}}", repeated.join(","));
+            assert_eq!(check_unique_keys(&body), Err(EventError::DuplicateKey), "{body}");
         }
     }
 

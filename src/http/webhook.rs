@@ -40,14 +40,16 @@ pub async fn receive(
     // create metric series.
     let metrics = (state.providers.get(provider_name).is_some() || providers::is_built_in(provider_name))
         .then(|| state.metrics.provider(provider_name));
-    let result = receive_inner(state, provider_name, request).await;
+    // The request's span, looked up once: its fields are filled in as they become known.
+    let span = Span::current();
+    let result = receive_inner(state, &span, provider_name, request).await;
     let outcome = match &result {
         Ok((Outcome::Processed { .. }, _)) => "processed",
         Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
         Ok((Outcome::Failed { .. }, _)) => "failed",
         Err(error) => error.outcome(),
     };
-    Span::current().record("outcome", outcome);
+    span.record("outcome", outcome);
     if let Some(metrics) = metrics {
         metrics.answered(outcome, started.elapsed());
     }
@@ -88,18 +90,19 @@ pub enum Answer {
 
 async fn receive_inner(
     state: AppState,
+    span: &Span,
     provider_name: &str,
     request: Request,
 ) -> Result<(Outcome, String), ApiError> {
     let provider = match state.providers.get(provider_name) {
         Some(provider) => provider.clone(),
         None if providers::is_built_in(provider_name) => {
-            Span::current().record("provider", provider_name);
+            span.record("provider", provider_name);
             return Err(ApiError::ProviderDisabled(provider_name.to_string()));
         }
         None => return Err(ApiError::NotFound),
     };
-    Span::current().record("provider", provider.name());
+    span.record("provider", provider.name());
     let (parts, body) = request.into_parts();
     let body = read_body(&parts.headers, body, &state).await?;
     let metrics = state.metrics.provider(provider.name());
@@ -114,7 +117,7 @@ async fn receive_inner(
     metrics.verified();
     let payload = Payload::from_body(body)?;
     let event = providers::format_of(provider.name()).read_request(&parts.headers, &payload)?;
-    Span::current().record("event_id", event.id.as_str());
+    span.record("event_id", event.id.as_str());
     let (event_id, occurred_at) = (event.id.clone(), event.occurred_at);
     let delivery = Delivery {
         provider: provider.name().to_owned(),
