@@ -14,7 +14,9 @@ COPY src src
 # Cargo compares mtimes: make sure the real sources are newer than the stub.
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked -p webhook-inbox
 
-# Run: a small image with the binary, as an unprivileged user.
+# Run: a small image with the binary, as an unprivileged user. It holds no
+# PostgreSQL server, so the embedded one cannot start here: set DATABASE_URL
+# (docker-compose.yml does).
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
