@@ -37,7 +37,11 @@ async fn a_service_killed_with_forwards_in_flight_sends_again_only_those_and_kee
     let db = TestDatabase::create().await;
     let url = database_url(&db.connect_options());
     let receiver = Receiver::start(SECRET).await;
-    let declaration = DeclarationFile::write(&receiver, "1s");
+    // A timeout longer than the test holds requests, however loaded the
+    // machine: a held request stays in flight rather than timing out and
+    // going again (its lease, the timeout and 15 s, is what the test waits
+    // out after the crash).
+    let declaration = DeclarationFile::write(&receiver, "10s");
     let env = declaration.env();
     let mut service = Service::start(&url, &env_refs(&env)).await;
     let provider = Provider::default();

@@ -27,7 +27,11 @@ async fn three_replicas_share_the_jobs_and_one_killed_mid_flight_costs_only_its_
     let db = TestDatabase::create().await;
     let url = database_url(&db.connect_options());
     let receiver = Receiver::start(SECRET).await;
-    let declaration = DeclarationFile::write(&receiver, "1s");
+    // A timeout longer than the test holds requests, however loaded the
+    // machine: a held request stays in flight rather than timing out and
+    // going again (its lease, the timeout and 15 s, is what the test waits
+    // out after the crash).
+    let declaration = DeclarationFile::write(&receiver, "10s");
     let env = declaration.env();
     let mut replicas = Vec::new();
     for _ in 0..3 {
