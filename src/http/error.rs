@@ -137,11 +137,10 @@ impl IntoResponse for ApiError {
             ApiError::Inbox(InboxError::Database(source)) => {
                 tracing::error!(error = %source, "database error")
             }
-            ApiError::Inbox(
-                InboxError::Unavailable(source)
-                | InboxError::StaleConnection(source)
-                | InboxError::Contended(source),
-            ) => {
+            ApiError::Inbox(InboxError::Unavailable(source) | InboxError::StaleConnection(source)) => {
+                tracing::warn!(error = %source, "{self}")
+            }
+            ApiError::Inbox(InboxError::Contended(source)) => {
                 tracing::warn!(error = %source, "{self}")
             }
             _ => {}

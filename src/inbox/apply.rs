@@ -2,6 +2,7 @@
 //! one transaction with its archive and dedup rows.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use sqlx::{Connection, PgConnection};
@@ -37,7 +38,7 @@ pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcom
         // rollback that fails means the connection is gone (503, and the
         // worker replaces it).
         Err(error) => match tx.rollback().await {
-            Err(lost) if !error.lost_connection() => Err(InboxError::Unavailable(lost)),
+            Err(lost) if !error.lost_connection() => Err(InboxError::Unavailable(Arc::new(lost))),
             _ => Err(error),
         },
     }
@@ -75,7 +76,7 @@ async fn decide(tx: &mut PgConnection, to_apply: &ToApply) -> Result<Outcome, In
         // row (operators read those as broken events), nothing committed
         // (the caller rolls back), 503 and a retry.
         Err(EffectError::Database(error)) if is_transient(&error) => Err(match Failure::of(&error) {
-            Failure::Unavailable => InboxError::Unavailable(error),
+            Failure::Unavailable => InboxError::Unavailable(Arc::new(error)),
             _ => InboxError::Contended(error),
         }),
         Err(error) => {

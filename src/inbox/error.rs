@@ -1,6 +1,8 @@
 //! What can go wrong around the transaction. (A handler's own failure is
 //! archived as FAILED instead, unless the database was only busy or gone.)
 
+use std::sync::Arc;
+
 use sqlx::postgres::{PgDatabaseError, PgSeverity};
 
 /// A delivery that was not recorded, or whose outcome is not known: never
@@ -10,13 +12,13 @@ pub enum InboxError {
     /// The database cannot be reached, refuses connections, or the
     /// connection broke (the outcome of what was in flight is unknown): 503.
     #[error("database unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(#[source] Arc<sqlx::Error>),
     /// The delivery's first statement found its connection already broken
     /// (a session the server ended while the worker held it idle: a restart,
     /// a failover, `pg_terminate_backend`). Its worker runs it once more on a
     /// fresh connection; answered like `Unavailable` if it gets this far.
     #[error("database unavailable")]
-    StaleConnection(#[source] sqlx::Error),
+    StaleConnection(#[source] Arc<sqlx::Error>),
     /// A concurrent delivery of the same event held the dedup row past
     /// `lock_timeout`: 503, and the provider retries.
     #[error("a concurrent delivery of the same event is still in progress")]
@@ -112,12 +114,15 @@ fn ends_session(error: &(dyn sqlx::error::DatabaseError + 'static)) -> bool {
 
 impl InboxError {
     /// `Unavailable`, or `StaleConnection` if `error` was, for each delivery
-    /// one broken connection failed (sqlx errors do not clone).
+    /// one broken connection failed: each carries the same cause, so every
+    /// delivery's log line says what broke the connection (not merely that
+    /// the database was unavailable, which its message already says).
     pub(crate) fn connection_lost(error: &InboxError) -> Self {
-        let lost = sqlx::Error::Protocol(error.to_string());
         match error {
-            InboxError::StaleConnection(_) => InboxError::StaleConnection(lost),
-            _ => InboxError::Unavailable(lost),
+            InboxError::StaleConnection(cause) => InboxError::StaleConnection(cause.clone()),
+            InboxError::Unavailable(cause) => InboxError::Unavailable(cause.clone()),
+            // Only a lost connection is shared; anything else is kept as text.
+            other => InboxError::Unavailable(Arc::new(sqlx::Error::Protocol(other.to_string()))),
         }
     }
 
@@ -148,11 +153,38 @@ impl InboxError {
 impl From<sqlx::Error> for InboxError {
     fn from(error: sqlx::Error) -> Self {
         match Failure::of(&error) {
-            Failure::Unavailable => InboxError::Unavailable(error),
+            Failure::Unavailable => InboxError::Unavailable(Arc::new(error)),
             Failure::LockTimeout => InboxError::Busy,
             Failure::Contention => InboxError::Contended(error),
             Failure::Unstorable => InboxError::UnstorablePayload,
             Failure::Other => InboxError::Database(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    /// Each delivery a lost connection fails carries what broke it: its log
+    /// line is "database unavailable" with that cause, not with the message
+    /// again.
+    #[test]
+    fn a_connection_lost_for_several_deliveries_keeps_its_cause() {
+        for lost in [
+            InboxError::from(sqlx::Error::PoolTimedOut),
+            InboxError::at_first_statement(sqlx::Error::PoolTimedOut),
+        ] {
+            let shared = InboxError::connection_lost(&lost);
+            assert_eq!(shared.to_string(), "database unavailable");
+            let cause = shared.source().expect("a cause").to_string();
+            assert_eq!(cause, sqlx::Error::PoolTimedOut.to_string());
+            assert_eq!(
+                matches!(shared, InboxError::StaleConnection(_)),
+                matches!(lost, InboxError::StaleConnection(_))
+            );
         }
     }
 }

@@ -296,7 +296,7 @@ async fn run_on<K: Kind>(
         None => match shared.pool.acquire().await {
             Ok(conn) => (Held { conn, taken_at: Instant::now(), used_at: Instant::now() }, true),
             Err(error) => {
-                let lost = InboxError::Unavailable(error);
+                let lost = InboxError::Unavailable(Arc::new(error));
                 for job in jobs {
                     let _ = job.reply.send(Err(InboxError::connection_lost(&lost)));
                 }
