@@ -7,22 +7,17 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use crate::cpu::{self, Meter, Usage};
-use crate::events::Provider;
 use crate::pgbench::{self, Ceiling};
 use crate::report::Report;
 use crate::results::{self, Kind, Row, Run, Setup};
-use crate::service::Service;
+use crate::service::{Binary, CLERK_SECRET, PADDLE_SECRET, Service};
 use crate::{LoadArgs, prepare};
-
-const PADDLE_SECRET: &str = "pdl_ntfset_bench_secret";
-const CLERK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// How the benchmark runs.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// The service binary (build it with `cargo build --release`).
-    #[arg(long, default_value = "target/release/webhook-inbox")]
-    service: PathBuf,
+    #[command(flatten)]
+    service: Binary,
     /// PostgreSQL to run on (a libpq URL that pgbench and psql accept too). Unset: the service's embedded one.
     #[arg(long, env = "BENCH_DATABASE_URL")]
     database_url: Option<String>,
@@ -102,7 +97,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     // What is measured is what was built now, whatever changes during the run.
     let (commit, date) = (commit(), command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]));
     eprintln!("starting the service ...");
-    let service = Service::start(&args.service, &env, &work.join("service.log")).await?;
+    let service = Service::start(&args.service.path, &env, &work.join("service.log")).await?;
     let server_version = pgbench::psql(&conninfo, "SHOW server_version")?;
     // PostgreSQL's CPU is read from its processes, so only a server on this machine is metered.
     let postmaster = pgbench::psql(&conninfo, "SHOW data_directory")
@@ -234,18 +229,9 @@ impl Bench<'_> {
 
     fn load_args(&self, events: usize, copies: usize, clients: usize, event_type: Option<&str>) -> LoadArgs {
         LoadArgs {
-            addr: self.service.addr,
-            provider: Provider::Paddle,
             event_type: event_type.map(str::to_string),
-            events,
             copies,
-            concurrency: clients,
-            payload_bytes: self.args.payload_bytes,
-            secret: PADDLE_SECRET.to_string(),
-            run_id: None,
-            rate: None,
-            log: None,
-            json: false,
+            ..LoadArgs::paddle(self.service.addr, events, clients, self.args.payload_bytes)
         }
     }
 }

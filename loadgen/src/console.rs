@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 
 use crate::pgbench::psql;
 use crate::results::replace_between;
-use crate::service::Service;
+use crate::service::{Binary, CLERK_SECRET, PADDLE_SECRET, Service};
 
 const ADMIN_TOKEN: &str = "console-bench-admin-token-0123456789";
 
@@ -43,9 +43,8 @@ events = ["paddle:*", "clerk:*", "stripe:*"]
 /// How the measurement runs.
 #[derive(Debug, Args)]
 pub struct ConsoleArgs {
-    /// The service binary (build it with `cargo build --release`).
-    #[arg(long, default_value = "target/release/webhook-inbox")]
-    service: PathBuf,
+    #[command(flatten)]
+    service: Binary,
     /// Archive rows.
     #[arg(long, default_value_t = 1_000_000)]
     rows: u64,
@@ -76,8 +75,8 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
     let config = work.join("destinations.toml");
     std::fs::write(&config, DESTINATIONS)?;
     let env = [
-        ("PADDLE_WEBHOOK_SECRET", "pdl_ntfset_bench_secret".to_string()),
-        ("CLERK_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_string()),
+        ("PADDLE_WEBHOOK_SECRET", PADDLE_SECRET.to_string()),
+        ("CLERK_WEBHOOK_SECRET", CLERK_SECRET.to_string()),
         ("STRIPE_WEBHOOK_SECRET", "whsec_stripe_bench_secret_0123456789abcdef".to_string()),
         ("ADMIN_TOKEN", ADMIN_TOKEN.to_string()),
         ("DATA_DIR", data_dir.display().to_string()),
@@ -85,7 +84,7 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         ("CONFIG_FILE", config.display().to_string()),
     ];
     eprintln!("starting the service ...");
-    let service = Service::start(&args.service, &env, &work.join("service.log")).await?;
+    let service = Service::start(&args.service.path, &env, &work.join("service.log")).await?;
     let version = psql(&conninfo, "SHOW server_version")?;
     eprintln!("filling the archive with {} rows over {} days ...", args.rows, args.days);
     let started = Instant::now();

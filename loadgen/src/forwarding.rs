@@ -38,18 +38,16 @@ use crate::client::Connection;
 use crate::events::{self, Provider};
 use crate::pgbench::psql;
 use crate::results::{Spread, replace_between};
-use crate::service::Service;
+use crate::service::{Binary, PADDLE_SECRET, Service};
 use crate::{LoadArgs, prepare};
 
-const PADDLE_SECRET: &str = "pdl_ntfset_bench_secret";
 const DESTINATION_SECRET: &str = "whsec_9hBNmFv3dVdZbK2sUmbJmS7k3dkqQDhW";
 
 /// How the measurement runs.
 #[derive(Debug, Args)]
 pub struct ForwardingArgs {
-    /// The service binary (build it with `cargo build --release`).
-    #[arg(long, default_value = "target/release/webhook-inbox")]
-    service: PathBuf,
+    #[command(flatten)]
+    service: Binary,
     /// Jobs of the forwarding-rate run (enqueued while paused, then drained).
     #[arg(long, default_value_t = 20_000)]
     jobs: usize,
@@ -156,7 +154,7 @@ impl Setting<'_> {
         if with_destination {
             env.push(("CONFIG_FILE", self.declaration.display().to_string()));
         }
-        Service::start(&self.args.service, &env, &self.work.join("service.log")).await
+        Service::start(&self.args.service.path, &env, &self.work.join("service.log")).await
     }
 
     fn sql(&self, sql: &str) -> anyhow::Result<String> {
@@ -180,20 +178,7 @@ impl Setting<'_> {
     /// Unique events at `clients` clients, as fast as the service answers;
     /// requests per second.
     async fn intake(&self, service: &Service, events: usize, clients: usize) -> anyhow::Result<f64> {
-        let load = LoadArgs {
-            addr: service.addr,
-            provider: Provider::Paddle,
-            event_type: None,
-            events,
-            copies: 1,
-            concurrency: clients,
-            payload_bytes: self.args.payload_bytes,
-            secret: PADDLE_SECRET.to_string(),
-            run_id: None,
-            rate: None,
-            log: None,
-            json: false,
-        };
+        let load = LoadArgs::paddle(service.addr, events, clients, self.args.payload_bytes);
         let report = prepare(&load).await?.send().await?;
         anyhow::ensure!(report.with_status(200) == report.requests(), "non-200 answers: {}", report.text());
         Ok(report.rps())

@@ -86,6 +86,28 @@ pub struct LoadArgs {
     json: bool,
 }
 
+impl LoadArgs {
+    /// Unique Paddle events of `payload_bytes` without side effects, signed
+    /// with the measurements' secret, as fast as `clients` connections go:
+    /// what the benchmarks send unless they say otherwise.
+    pub fn paddle(addr: SocketAddr, events: usize, clients: usize, payload_bytes: usize) -> LoadArgs {
+        LoadArgs {
+            addr,
+            provider: Provider::Paddle,
+            event_type: None,
+            events,
+            copies: 1,
+            concurrency: clients,
+            payload_bytes,
+            secret: service::PADDLE_SECRET.to_string(),
+            run_id: None,
+            rate: None,
+            log: None,
+            json: false,
+        }
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse() {

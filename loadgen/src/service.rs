@@ -1,12 +1,26 @@
 //! The service under test, as a child process.
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// The Paddle secret every measurement's service verifies with.
+pub const PADDLE_SECRET: &str = "pdl_ntfset_bench_secret";
+/// The Clerk secret of the measurements that send Clerk events.
+pub const CLERK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Which service binary a measurement starts.
+#[derive(Debug, Args)]
+pub struct Binary {
+    /// The service binary (build it with `cargo build --release`).
+    #[arg(long = "service", default_value = "target/release/webhook-inbox")]
+    pub path: PathBuf,
+}
 
 /// The libpq conninfo of the embedded PostgreSQL a service started in
 /// `data_dir` (its `DATA_DIR`): a unix socket in `socket/` there (see

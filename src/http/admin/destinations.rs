@@ -7,8 +7,9 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::listing::{ListQuery, Listing};
+use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::http::{AppState, UnknownFields};
 use crate::operations::Since;
 use crate::operations::destinations::{self, DestinationView, TestResult};
 use crate::operations::filter::parsed;
@@ -55,28 +56,12 @@ pub async fn test(
     Ok(Json(destinations::send_test(&state.pool, &state.forwarding.client, destination).await?))
 }
 
-/// The query of `GET /admin/jobs`: the filters, then the page.
-#[derive(Deserialize)]
-pub struct JobsQuery {
-    #[serde(flatten)]
-    filter: JobFilter,
-    #[serde(default, deserialize_with = "parsed")]
-    limit: Option<u32>,
-    #[serde(default, deserialize_with = "parsed")]
-    cursor: Option<Cursor>,
-    #[serde(flatten)]
-    unknown: UnknownFields,
-}
-
 /// `GET /admin/jobs?destination=&status=&event_id=&since=&until=&limit=&cursor=`: newest first.
 pub async fn list_jobs(
     State(state): State<AppState>,
-    query: Result<Query<JobsQuery>, QueryRejection>,
+    query: Result<Query<ListQuery<JobFilter>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(JobsQuery { filter, limit, cursor, unknown }) =
-        query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    unknown.refuse()?;
-    let limit = limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
+    let Listing { filter, limit, cursor } = Listing::read(query, PAGE, MAX_PAGE)?;
     let mut rows: Vec<Job> = jobs::list(&state.pool, &filter, limit + 1, cursor.map(Cursor::before)).await?;
     // One row more than the page tells whether there is a next page.
     let next_cursor = (rows.len() > limit as usize).then(|| {

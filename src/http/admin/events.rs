@@ -7,12 +7,12 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::http::UnknownFields;
 use crate::http::error::ApiError;
-use crate::http::{AppState, request_id};
-use crate::operations::filter::parsed;
-use crate::operations::page::{self, Cursor, Page};
+use crate::http::{AppState, UnknownFields, request_id};
+use crate::operations::page::{self, Page};
 use crate::operations::{EventFilter, Reprocessed, bulk, query, reprocess};
+
+use super::listing::{ListQuery, Listing};
 
 /// Rows per page of `GET /admin/events` unless `limit` says otherwise.
 const PAGE: u32 = 50;
@@ -24,29 +24,13 @@ const BULK: u32 = 100;
 /// Most events per bulk request; the CLI has no such bound.
 const MAX_BULK: u32 = 1000;
 
-/// The query of `GET /admin/events`: the filters, then the page.
-#[derive(Deserialize)]
-pub struct ListQuery {
-    #[serde(flatten)]
-    filter: EventFilter,
-    #[serde(default, deserialize_with = "parsed")]
-    limit: Option<u32>,
-    #[serde(default, deserialize_with = "parsed")]
-    cursor: Option<Cursor>,
-    #[serde(flatten)]
-    unknown: UnknownFields,
-}
-
 /// `GET /admin/events?status=&provider=&type=&since=&event_id=&limit=&cursor=`:
 /// newest first; `next_cursor`, when not null, fetches the next page.
 pub async fn list(
     State(state): State<AppState>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    query: Result<Query<ListQuery<EventFilter>>, QueryRejection>,
 ) -> Result<Json<Page>, ApiError> {
-    let Query(ListQuery { filter, limit, cursor, unknown }) =
-        query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    unknown.refuse()?;
-    let limit = limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
+    let Listing { filter, limit, cursor } = Listing::read(query, PAGE, MAX_PAGE)?;
     Ok(Json(page::page(&state.pool, &filter, limit, cursor).await?))
 }
 

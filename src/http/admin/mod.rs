@@ -4,6 +4,7 @@
 
 mod destinations;
 mod events;
+mod listing;
 mod reconciliation;
 
 use axum::Router;
