@@ -67,8 +67,8 @@ pub fn same_sql_script(payload_bytes: usize) -> String {
 /// and src/handlers/billing): BEGIN and the savepoint, the record
 /// statement, the subscription upsert with its ordering guard, the credit
 /// grant, the savepoint's release (which fails if a handler left the
-/// transaction aborted), COMMIT. (The service sends BEGIN and SAVEPOINT in one round trip;
-/// pgbench cannot, in prepared mode; and `chr(58)` stands for a colon that
+/// transaction aborted), COMMIT. (The service sends BEGIN and SAVEPOINT in one round trip,
+/// and RELEASE and COMMIT in another; pgbench cannot, in prepared mode; and `chr(58)` stands for a colon that
 /// pgbench would take for a variable.) Keep it identical to the service's.
 pub fn handler_sql_script(payload_bytes: usize) -> String {
     let (id, _) = id_and_payload("subscription.created", payload_bytes);

@@ -61,7 +61,9 @@ impl Outcome {
 }
 
 /// Runs one delivery on `conn`, in its lane's way, outside the workers
-/// (reprocessing). Returns `Ok` only after COMMIT has returned.
+/// (reprocessing, reconciliation). Returns `Ok` only after COMMIT has
+/// returned. Not cancel safe, as [`apply`] is not: dropped half way, it
+/// leaves `conn` inside its transaction, to be closed by its holder.
 pub async fn deliver(conn: &mut PgConnection, delivery: &Routed) -> Result<Outcome, InboxError> {
     match delivery {
         Routed::Record(delivery) => record(conn, delivery).await,

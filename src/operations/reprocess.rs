@@ -2,10 +2,13 @@
 //! live one (`inbox::deliver`), archived as a new row pointing at the one it
 //! reran.
 
+use std::panic::AssertUnwindSafe;
+
 use chrono::{DateTime, Utc};
+use futures_util::FutureExt;
 use serde::Serialize;
 use sqlx::PgPool;
-use tracing::{Span, instrument};
+use tracing::{Instrument, Span, instrument};
 
 use crate::event::{Event, EventError, Payload};
 use crate::inbox::{self, Delivery, Effects, InboxError, Outcome, Source};
@@ -127,8 +130,29 @@ pub async fn reprocess(
         },
         request_id: request_id.map(str::to_owned),
     };
+    let routed = effects.route(delivery);
     let mut conn = pool.acquire().await.map_err(InboxError::from)?;
-    let (new_id, status, error) = match inbox::deliver(&mut conn, &effects.route(delivery)).await? {
+    // In a task of its own, run to its end even if this caller stops waiting
+    // (an admin client that disconnected): `inbox::deliver` must not be
+    // dropped half way, which would leave the pooled connection inside its
+    // transaction; for the same reason a panic in it closes the connection.
+    let delivered = tokio::spawn(
+        async move {
+            let delivered = AssertUnwindSafe(inbox::deliver(&mut conn, &routed)).catch_unwind().await;
+            delivered.unwrap_or_else(|panic| {
+                conn.close_on_drop();
+                std::panic::resume_unwind(panic)
+            })
+        }
+        .in_current_span(),
+    )
+    .await
+    .unwrap_or_else(|stopped| match stopped.try_into_panic() {
+        Ok(panic) => std::panic::resume_unwind(panic),
+        // The runtime is shutting down.
+        Err(_) => Err(InboxError::Overloaded),
+    });
+    let (new_id, status, error) = match delivered? {
         Outcome::Processed { archive_id } => (archive_id, "PROCESSED", None),
         Outcome::Duplicate { archive_id } => (archive_id, "SKIPPED", None),
         Outcome::Failed { archive_id, error } => (archive_id, "FAILED", Some(error)),

@@ -78,6 +78,38 @@ async fn a_handler_failing_after_a_partial_write_leaves_no_partial_effect() {
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
 }
 
+#[tokio::test]
+async fn a_commit_that_fails_after_the_effect_succeeded_commits_nothing_and_archives_no_failure() {
+    let app = TestApp::spawn().await;
+    // The savepoint's release succeeds (it fires no deferred trigger) and
+    // the COMMIT sent with it fails: the release and COMMIT share a round
+    // trip, so this is the case told apart from a failed release.
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+         CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON credit_grants
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit();",
+    )
+    .execute(app.pool())
+    .await
+    .unwrap();
+    let delivery = paddle(&subscription_created("evt_01", "sub_01"));
+
+    assert_eq!(app.send(&delivery).await.status, StatusCode::INTERNAL_SERVER_ERROR);
+    // Not even a FAILED row: the effect did not fail, the transaction did,
+    // and nothing of it was committed.
+    assert_eq!(app.count("SELECT count(*) FROM webhook_events").await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM subscriptions").await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 0);
+
+    // The worker's connection is still good: the retry applies the event once.
+    sqlx::raw_sql("DROP TRIGGER refuse_at_commit ON credit_grants").execute(app.pool()).await.unwrap();
+    assert_eq!(app.send(&delivery).await.body, json!({ "event_id": "evt_01", "status": "processed" }));
+    assert_eq!(app.archive_statuses().await, ["PROCESSED"]);
+    assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
+}
+
 /// An effect that runs a statement that fails, ignores the error, and
 /// reports success: a bug a future effect could have.
 struct SwallowsErrors;
