@@ -370,6 +370,11 @@ async fn two_replicas_reconciling_periodically_never_read_the_same_provider_at_o
         paddle_api_url: api.url().parse().unwrap(),
         stripe_api_key: None,
         stripe_api_url: "http://127.0.0.1:9".parse().unwrap(),
+        github_api_token: None,
+        github_api_url: "http://127.0.0.1:9".parse().unwrap(),
+        github_hook_repo: None,
+        github_hook_org: None,
+        github_hook_id: None,
     };
     let stop = CancellationToken::new();
     let replicas = [&app.state, &replica];
