@@ -64,7 +64,7 @@ pub enum Command {
     /// Delete archive rows past their retention age; the dedup table is never touched.
     Purge(purge::PurgeArgs),
     /// Read a provider's event API back and recover the events the inbox missed (see the README, "Missed events").
-    Reconcile(reconcile::ReconcileArgs),
+    Reconcile(Box<reconcile::ReconcileArgs>),
     /// Apply the database migrations and exit (then run `serve --no-migrate`).
     Migrate,
 }
@@ -98,7 +98,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
             Command::Destinations(command) => destinations::run(&db.pool, &declaration, command, out).await,
             Command::Jobs(command) => jobs::run(&db.pool, command, out).await,
             Command::Purge(args) => purge::run(&db.pool, args, out).await,
-            Command::Reconcile(args) => reconcile::run(&db.pool, args, &declaration, out).await,
+            Command::Reconcile(args) => reconcile::run(&db.pool, *args, &declaration, out).await,
             Command::Migrate => migrate::run(&db.pool, out).await,
         };
         db.close().await;

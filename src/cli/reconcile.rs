@@ -17,7 +17,8 @@ use crate::reconcile::{self, ApiConfig, Gap, LogError, Options, Summary};
 /// What to reconcile, from when.
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
-    /// The provider: paddle or stripe (read from their event APIs); any other prints the time since its last verified delivery.
+    /// The provider (its help lists those read from their APIs: `PROVIDERS`).
+    #[arg(help = provider_help())]
     pub provider: String,
 
     /// Read from this time (`3d`, `12h`, or an RFC 3339 time) instead of where the last run ended.
@@ -41,6 +42,14 @@ pub struct ReconcileArgs {
     pub effects: EffectsConfig,
 }
 
+/// The provider argument's help, naming [`reconcile::PROVIDERS`].
+fn provider_help() -> String {
+    format!(
+        "The provider: {} (read from their APIs); any other prints the time since its last verified delivery.",
+        reconcile::PROVIDERS.join(", ")
+    )
+}
+
 /// Runs one reconciliation and prints its summary; fails if an event
 /// failed (archived FAILED), so that scripts notice.
 pub async fn run(
@@ -62,7 +71,7 @@ pub async fn run(
         false => text(out, &summary)?,
     }
     if summary.failed > 0 {
-        bail!("{} event(s) failed: archived FAILED, see their error_message", summary.failed);
+        bail!("{} event(s) failed: see the FAILED lines (--json: `failures`)", summary.failed);
     }
     Ok(())
 }
@@ -71,7 +80,7 @@ fn text(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
     writeln!(
         out,
         "{}: {} page(s), {} event(s) seen ({} repeated, {} before --since), {} already recorded, {} recovered, \
-         {} failed, {} unreadable, took {} ms",
+         {} redelivery requested, {} failed, {} unreadable, took {} ms",
         s.provider,
         s.pages,
         s.seen,
@@ -79,21 +88,21 @@ fn text(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         s.before_since,
         s.already_recorded,
         s.recovered,
+        s.redelivery_requested,
         s.failed,
         s.unreadable,
         s.took_ms
     )?;
     if s.dry_run {
-        writeln!(out, "dry run: {} event(s) missing from the inbox; nothing written", s.missing)?;
-    }
-    for failure in &s.failures {
         writeln!(
             out,
-            "FAILED {} -> #{}: {}",
-            visible(&failure.event_id),
-            failure.archive_id,
-            visible(&failure.error)
+            "dry run: {} event(s) missing from the inbox; nothing written, nothing asked of the provider",
+            s.missing
         )?;
+    }
+    for failure in &s.failures {
+        let archived = failure.archive_id.map(|id| format!(" -> #{id}")).unwrap_or_default();
+        writeln!(out, "FAILED {}{archived}: {}", visible(&failure.event_id), visible(&failure.error))?;
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 use tracing::instrument;
 
 /// The window of the per-minute series and of the day's counts.
@@ -44,8 +44,8 @@ pub struct ProviderActivity {
     pub last_hour: Counts,
     /// Archived in the last 24 hours.
     pub last_day: Counts,
-    /// When its last delivery (not an operator's reprocess) was archived:
-    /// only verified deliveries are. `None`: none is in the archive.
+    /// When its last verified delivery (a webhook, not an API read or an
+    /// operator's reprocess) was archived. `None`: none is in the archive.
     pub last_delivery_at: Option<DateTime<Utc>>,
 }
 
@@ -147,20 +147,29 @@ async fn day(
     .await
 }
 
-/// When each provider's last delivery (not a reprocess) was archived.
+/// When each provider's last verified delivery was archived.
 async fn last_deliveries(pool: &PgPool, providers: &[String]) -> sqlx::Result<Vec<Option<DateTime<Utc>>>> {
     let mut last = Vec::with_capacity(providers.len());
     for provider in providers {
-        let at = sqlx::query_scalar(
-            "SELECT created_at FROM webhook_events
-             WHERE provider = $1 AND reprocess_of IS NULL ORDER BY created_at DESC LIMIT 1",
-        )
-        .bind(provider)
-        .fetch_optional(pool)
-        .await?;
-        last.push(at);
+        last.push(last_verified_delivery(pool, provider).await?);
     }
     Ok(last)
+}
+
+/// When `provider`'s last verified delivery was archived: a webhook's row,
+/// not one an API read (reconciliation) or an operator's reprocess wrote,
+/// since only a webhook shows the provider can reach the service.
+pub async fn last_verified_delivery<'e>(
+    executor: impl PgExecutor<'e>,
+    provider: &str,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar(
+        "SELECT created_at FROM webhook_events
+         WHERE provider = $1 AND source = 'webhook' ORDER BY created_at DESC LIMIT 1",
+    )
+    .bind(provider)
+    .fetch_optional(executor)
+    .await
 }
 
 /// FAILED events not applied since, counted up to one more than

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, RETRY_AFTER};
-use reqwest::{StatusCode, Url};
+use reqwest::{Method, StatusCode, Url};
 use secrecy::{ExposeSecret, SecretString};
 
 /// Longest one request may take, connection included.
@@ -101,6 +101,8 @@ pub struct ApiClient {
     base: Url,
     key: SecretString,
     setting: &'static str,
+    /// Headers the provider asks every request to carry (GitHub's API version).
+    headers: HeaderMap,
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -119,7 +121,13 @@ impl ApiClient {
         key: SecretString,
         setting: &'static str,
     ) -> Self {
-        ApiClient { http, provider, base, key, setting }
+        ApiClient { http, provider, base, key, setting, headers: HeaderMap::new() }
+    }
+
+    /// The same client, sending `headers` with every request.
+    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+        self.headers = headers;
+        self
     }
 
     /// The provider.
@@ -152,13 +160,25 @@ impl ApiClient {
     /// GETs `url` with the key, retrying 5xx and network errors with
     /// backoff and waiting out 429s; any other non-2xx is final.
     pub async fn get(&self, url: Url) -> Result<Answer, ApiError> {
+        self.send(Method::GET, url).await
+    }
+
+    /// POSTs to `url` with the key and no body, retried as [`ApiClient::get`]
+    /// is: only for requests that may be repeated (a second redelivery of a
+    /// webhook is a duplicate the dedup table answers).
+    pub async fn post(&self, url: Url) -> Result<Answer, ApiError> {
+        self.send(Method::POST, url).await
+    }
+
+    async fn send(&self, method: Method, url: Url) -> Result<Answer, ApiError> {
         let mut failures = 0;
         let mut rate_limited = 0;
         loop {
             let sent = self
                 .http
-                .get(url.clone())
+                .request(method.clone(), url.clone())
                 .header(AUTHORIZATION, format!("Bearer {}", self.key.expose_secret()))
+                .headers(self.headers.clone())
                 .timeout(REQUEST_TIMEOUT)
                 .send()
                 .await;
@@ -173,13 +193,14 @@ impl ApiClient {
                         }
                     }
                 }
-                Ok(answer) if answer.status() == StatusCode::TOO_MANY_REQUESTS => {
+                Ok(answer) if rate_limited_answer(&answer) => {
                     rate_limited += 1;
+                    let last = format!("{} (rate limited)", answer.status());
                     if rate_limited > MAX_RATE_LIMITED {
-                        return Err(self.gave_up(rate_limited, "429 Too Many Requests".into()));
+                        return Err(self.gave_up(rate_limited, last));
                     }
                     let wait = retry_after(answer.headers()).unwrap_or_else(|| backoff(rate_limited));
-                    (wait.min(BACKOFF_CAP), "429 Too Many Requests".into())
+                    (wait.min(BACKOFF_CAP), last)
                 }
                 Ok(answer) if answer.status().is_server_error() => {
                     failures += 1;
@@ -223,6 +244,16 @@ impl ApiClient {
             path: url.path().to_string(),
             message: crate::operations::display::visible(&text).into_owned(),
         }
+    }
+}
+
+/// Whether `answer` says to slow down: a 429, or a 403 with `Retry-After`
+/// (GitHub's secondary rate limit); a 403 without one refuses the key.
+fn rate_limited_answer(answer: &reqwest::Response) -> bool {
+    match answer.status() {
+        StatusCode::TOO_MANY_REQUESTS => true,
+        StatusCode::FORBIDDEN => answer.headers().contains_key(RETRY_AFTER),
+        _ => false,
     }
 }
 

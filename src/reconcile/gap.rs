@@ -1,10 +1,12 @@
 //! For providers without an event log to read (Clerk through Svix, the
-//! Standard Webhooks senders, GitHub here): the gap reconciliation can see,
+//! Standard Webhooks senders): the gap reconciliation can see,
 //! the time since the provider's last verified delivery.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgExecutor;
+
+use crate::operations::overview;
 
 /// How long a provider has been silent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -20,13 +22,7 @@ pub struct Gap {
 
 /// The gap of `provider`, now.
 pub async fn gap<'e>(executor: impl PgExecutor<'e>, provider: &str) -> sqlx::Result<Gap> {
-    let last: Option<DateTime<Utc>> = sqlx::query_scalar(
-        "SELECT created_at FROM webhook_events
-         WHERE provider = $1 AND source = 'webhook' ORDER BY created_at DESC LIMIT 1",
-    )
-    .bind(provider)
-    .fetch_optional(executor)
-    .await?;
+    let last = overview::last_verified_delivery(executor, provider).await?;
     Ok(Gap {
         provider: provider.to_string(),
         last_verified_delivery_at: last,

@@ -8,7 +8,9 @@
 //! event the dedup table lacks through the inbox like a webhook, with
 //! [`inbox::Source::Api`](crate::inbox::Source::Api): same provider, same
 //! event id, so the dedup table makes it exactly once against any webhook
-//! of the same event. [`state`] keeps the mark, the last run, and the lock
+//! of the same event. GitHub keeps no event log: its [`GitHubHook`] lists
+//! the hook's delivery attempts and `redeliver` asks GitHub to send again
+//! each one the dedup table lacks, to arrive as a webhook. [`state`] keeps the mark, the last run, and the lock
 //! that keeps one run per provider at a time; [`periodic`] runs it inside
 //! `serve`, every replica taking turns. A provider without a log to
 //! read gets its [`gap`]: how long since its last verified delivery.
@@ -16,19 +18,22 @@
 mod client;
 mod config;
 mod gap;
+mod github;
 mod log;
 mod paddle;
 pub mod periodic;
+mod redeliver;
 mod run;
 pub mod state;
 mod stripe;
 
 pub use client::{ApiClient, ApiError, UnexpectedAnswer};
-pub use config::{ApiConfig, Log, LogError, PeriodicConfig};
+pub use config::{ApiConfig, Log, LogError, PROVIDERS, PeriodicConfig};
 pub use gap::{Gap, gap};
+pub use github::{Attempt, AttemptsPage, GitHubHook, HookScope};
 pub use log::{EventLog, Order, Page, Start};
 pub use paddle::PaddleLog;
-pub use run::{FIRST_RUN_LOOKBACK, Failure, OVERLAP, Options, ReconcileError, Summary, reconcile};
+pub use run::{FIRST_RUN_LOOKBACK, Failure, OVERLAP, Options, Reader, ReconcileError, Summary, reconcile};
 pub use stripe::StripeLog;
 
 use sqlx::PgPool;
@@ -41,6 +46,7 @@ impl Log {
         match self {
             Log::Paddle(log) => log.provider(),
             Log::Stripe(log) => log.provider(),
+            Log::GitHub(hook) => hook.provider(),
         }
     }
 
@@ -54,6 +60,7 @@ impl Log {
         match self {
             Log::Paddle(log) => reconcile(pool, effects, log, options).await,
             Log::Stripe(log) => reconcile(pool, effects, log, options).await,
+            Log::GitHub(hook) => reconcile(pool, effects, hook, options).await,
         }
     }
 }

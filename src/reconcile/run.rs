@@ -81,7 +81,11 @@ pub struct Summary {
     pub missing: usize,
     /// Events recovered: recorded, and their effects applied, now.
     pub recovered: usize,
-    /// Events whose effect failed: archived FAILED, as a webhook's would be.
+    /// GitHub: deliveries GitHub was asked to send again (they arrive as
+    /// webhooks, through the normal route).
+    pub redelivery_requested: usize,
+    /// Events whose effect failed: archived FAILED, as a webhook's would be;
+    /// GitHub: redeliveries GitHub refused to make.
     pub failed: usize,
     /// Events the provider's format cannot read (not archived).
     pub unreadable: usize,
@@ -92,6 +96,17 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// A run's summary before it read anything.
+    pub(super) fn new(provider: &str, options: &Options, start: &Start) -> Self {
+        Summary {
+            provider: provider.to_string(),
+            dry_run: options.dry_run,
+            after: start.after.clone(),
+            since: start.since,
+            ..Summary::default()
+        }
+    }
+
     /// Logs the counts, under `message` (never an event's content).
     pub fn log(&self, message: &str) {
         tracing::info!(
@@ -100,6 +115,7 @@ impl Summary {
             seen = self.seen,
             already_recorded = self.already_recorded,
             recovered = self.recovered,
+            redelivery_requested = self.redelivery_requested,
             missing = self.missing,
             failed = self.failed,
             took_ms = self.took_ms,
@@ -108,37 +124,72 @@ impl Summary {
     }
 }
 
-/// An event the run archived FAILED.
+/// An event the run archived FAILED, or whose redelivery GitHub refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Failure {
     /// The provider's event id.
     pub event_id: String,
-    /// Its FAILED archive row.
-    pub archive_id: i64,
-    /// The effect's error.
+    /// Its FAILED archive row (none for a refused redelivery).
+    pub archive_id: Option<i64>,
+    /// The effect's error, or GitHub's refusal.
     pub error: String,
 }
 
-/// Reads `log` from `provider`'s mark (or `options.since`) to its end, and
+/// What a run reads under its provider's lock: an [`EventLog`], or
+/// GitHub's deliveries ([`GitHubHook`](super::GitHubHook)).
+pub trait Reader: Sync {
+    /// The provider's name (the `provider` column, the lock's key).
+    fn provider_name(&self) -> &'static str;
+
+    /// Reads from `start` (the stored mark, or `--since`, was `from`) to the
+    /// end, storing the mark as it goes unless it is a dry run.
+    fn read_from(
+        &self,
+        conn: &mut PgConnection,
+        effects: &Effects,
+        options: &Options,
+        from: Mark,
+        start: Start,
+    ) -> impl Future<Output = Result<Summary, ReconcileError>> + Send;
+}
+
+impl<L: EventLog> Reader for L {
+    fn provider_name(&self) -> &'static str {
+        self.provider()
+    }
+
+    async fn read_from(
+        &self,
+        conn: &mut PgConnection,
+        effects: &Effects,
+        options: &Options,
+        from: Mark,
+        start: Start,
+    ) -> Result<Summary, ReconcileError> {
+        read(conn, effects, self, options, from, start).await
+    }
+}
+
+/// Reads `reader` from `provider`'s mark (or `options.since`) to its end, and
 /// delivers each event the dedup table lacks through [`inbox::deliver`]
 /// with [`Source::Api`]: the same provider and event id as its webhook, so
 /// a webhook of the same event, now or later, is a duplicate of it (and it
 /// of the webhook). Holds the provider's lock throughout; a second run
 /// meanwhile is refused.
-#[instrument(skip_all, fields(provider = log.provider(), dry_run = options.dry_run))]
+#[instrument(skip_all, fields(provider = reader.provider_name(), dry_run = options.dry_run))]
 pub async fn reconcile(
     pool: &PgPool,
     effects: &Effects,
-    log: &impl EventLog,
+    reader: &impl Reader,
     options: &Options,
 ) -> Result<Summary, ReconcileError> {
     // Its own connection, closed at the end: were the unlock to fail, the
     // lock would go with it, however the run ends.
     let mut conn = pool.acquire().await.map_err(InboxError::from)?.detach();
-    let provider = log.provider();
+    let provider = reader.provider_name();
     let result = match state::try_lock(&mut conn, provider).await {
         Ok(true) => {
-            let result = locked(&mut conn, effects, log, options).await;
+            let result = locked(&mut conn, effects, reader, options).await;
             // Explicitly: a closed connection's lock is released only once
             // its server process has exited, after `close` returns.
             if let Err(error) = state::unlock(&mut conn, provider).await {
@@ -159,16 +210,16 @@ pub async fn reconcile(
 async fn locked(
     conn: &mut PgConnection,
     effects: &Effects,
-    log: &impl EventLog,
+    reader: &impl Reader,
     options: &Options,
 ) -> Result<Summary, ReconcileError> {
-    let provider = log.provider();
+    let provider = reader.provider_name();
     let (from, start) = start(conn, provider, options).await?;
     if options.dry_run {
-        return read(conn, effects, log, options, from, start).await;
+        return reader.read_from(conn, effects, options, from, start).await;
     }
     state::started(conn, provider).await?;
-    let result = read(conn, effects, log, options, from, start).await;
+    let result = reader.read_from(conn, effects, options, from, start).await;
     let outcome = result.as_ref().map_err(ToString::to_string);
     state::finished(conn, provider, outcome.as_ref().map_err(String::as_str)).await?;
     result
@@ -198,13 +249,7 @@ async fn read(
     let began = Instant::now();
     let began_at = Utc::now();
     let provider = log.provider();
-    let mut summary = Summary {
-        provider: provider.to_string(),
-        dry_run: options.dry_run,
-        after: start.after.clone(),
-        since: start.since,
-        ..Summary::default()
-    };
+    let mut summary = Summary::new(provider, options, &start);
     let mut tracker = Tracker::new(log.order(), OVERLAP, from);
     let mut read_ids = HashSet::new();
     let mut next: Option<String> = None;
@@ -249,6 +294,22 @@ async fn read(
     Ok(summary)
 }
 
+/// Which of `ids` the dedup table has for `provider`.
+pub(super) async fn recorded(
+    conn: &mut PgConnection,
+    provider: &str,
+    ids: &[&str],
+) -> sqlx::Result<HashSet<String>> {
+    let recorded: Vec<String> = sqlx::query_scalar(
+        "SELECT event_id FROM processed_webhook_events WHERE provider = $1 AND event_id = ANY($2)",
+    )
+    .bind(provider)
+    .bind(ids)
+    .fetch_all(conn)
+    .await?;
+    Ok(recorded.into_iter().collect())
+}
+
 /// Delivers the events of one page the dedup table lacks, in the page's order.
 #[allow(clippy::too_many_arguments)]
 async fn deliver_page(
@@ -277,15 +338,7 @@ async fn deliver_page(
         }
     }
     let ids: Vec<&str> = events.iter().map(|(_, event)| event.id.as_str()).collect();
-    let recorded: HashSet<String> = sqlx::query_scalar(
-        "SELECT event_id FROM processed_webhook_events WHERE provider = $1 AND event_id = ANY($2)",
-    )
-    .bind(provider)
-    .bind(&ids)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .collect();
+    let recorded = recorded(conn, provider, &ids).await?;
     // Without a cursor, a log read by id starts at its oldest event.
     let before = start.after.is_none().then_some(start.since);
     for (payload, event) in events {
@@ -321,7 +374,7 @@ async fn deliver_page(
             Outcome::Duplicate { .. } => summary.already_recorded += 1,
             Outcome::Failed { archive_id, error } => {
                 summary.failed += 1;
-                summary.failures.push(Failure { event_id, archive_id, error });
+                summary.failures.push(Failure { event_id, archive_id: Some(archive_id), error });
             }
         }
     }

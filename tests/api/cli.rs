@@ -12,6 +12,7 @@ fn help_never_shows_a_configured_secret() {
         .env("SMTP_URL", "smtps://mailer:smtp_password_from_env@smtp.example.com")
         .env("ADMIN_TOKEN", "admin_token_from_env")
         .env("METRICS_TOKEN", "metrics_token_from_env")
+        .env("GITHUB_API_TOKEN", "ghp_token_from_env")
         .output()
         .unwrap();
     let help = String::from_utf8(output.stdout).unwrap();
@@ -24,9 +25,22 @@ fn help_never_shows_a_configured_secret() {
         "smtp_password_from_env",
         "admin_token_from_env",
         "metrics_token_from_env",
+        "ghp_token_from_env",
     ] {
         assert!(!help.contains(secret), "--help shows {secret}");
     }
+}
+
+#[test]
+fn reconciles_help_names_every_provider_read_from_an_api() {
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(["reconcile", "--help"]).output().unwrap();
+    let help = String::from_utf8(output.stdout).unwrap();
+    let line = help.lines().find(|line| line.contains("The provider:")).unwrap_or_else(|| panic!("{help}"));
+    for provider in webhook_inbox::reconcile::PROVIDERS {
+        assert!(line.contains(provider), "{provider} in {line}");
+    }
+    assert!(help.contains("GITHUB_HOOK_ID"), "{help}");
 }
 
 #[test]

@@ -33,6 +33,7 @@ mod outbox_marks;
 mod providers;
 mod purge;
 mod reconcile;
+mod reconcile_github;
 mod reprocess;
 mod sequences;
 mod server;

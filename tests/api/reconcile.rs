@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use webhook_inbox::client;
 use webhook_inbox::reconcile::{ApiConfig, periodic};
 
+use crate::support::console::{ADMIN_TOKEN, Operator};
 use crate::support::events::*;
 use crate::support::provider_api::{API_KEY, FakeApi, Fault};
 use crate::support::watch::until;
@@ -314,11 +315,20 @@ async fn a_provider_without_an_event_api_gets_the_time_since_its_last_verified_d
     assert_eq!(app.rows_everywhere().await, 4, "archive, dedup, the user and its welcome email; no more");
 }
 
-/// The admin API's token in these tests.
-const ADMIN: &str = "admin-token-for-the-reconcile-tests";
+/// The admin API's (and the console's) token in these tests.
+const ADMIN: &str = ADMIN_TOKEN;
+
+/// The text of the console overview's row `id`, its tags left out.
+fn row(page: &str, id: &str) -> String {
+    let start = page.find(&format!("<tr id=\"{id}\">")).unwrap_or_else(|| panic!("{id} in {page}"));
+    let row = &page[start..start + page[start..].find("</tr>").unwrap()];
+    let mut text = String::new();
+    row.split('<').for_each(|part| text.push_str(part.split_once('>').map_or(part, |(_, t)| t)));
+    text
+}
 
 #[tokio::test]
-async fn the_admin_api_and_the_metrics_show_each_providers_last_run() {
+async fn the_admin_api_the_console_and_the_metrics_show_each_providers_last_run() {
     let app = TestApp::spawn_with(TestConfig { admin_token: Some(ADMIN), ..TestConfig::default() }).await;
     let api = FakeApi::paddle(vec![renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
     let stripe_api = FakeApi::stripe(vec![]).await;
@@ -347,6 +357,16 @@ async fn the_admin_api_and_the_metrics_show_each_providers_last_run() {
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
     assert!(metrics.contains(r#"webhook_reconcile_last_run_timestamp_seconds{provider="paddle"}"#));
+
+    // The console's overview, from the same read.
+    let page = Operator::sign_in(&app).await.get(&app, "/console").await.body;
+    let paddle_row = row(&page, "reconciliation-paddle");
+    assert!(paddle_row.contains("ok") && paddle_row.contains("1 recovered"), "{paddle_row}");
+    let stripe_row = row(&page, "reconciliation-stripe");
+    assert!(stripe_row.contains("failed") && stripe_row.contains("STRIPE_API_KEY"), "{stripe_row}");
+    // A recovered event is no delivery: the provider has not reached the service.
+    let last_delivery = row(&page, "provider-paddle");
+    assert!(last_delivery.trim_end().ends_with("never"), "{last_delivery}");
 }
 
 /// The count of `outcome` runs of paddle this app's process made.
@@ -370,6 +390,11 @@ async fn two_replicas_reconciling_periodically_never_read_the_same_provider_at_o
         paddle_api_url: api.url().parse().unwrap(),
         stripe_api_key: None,
         stripe_api_url: "http://127.0.0.1:9".parse().unwrap(),
+        github_api_token: None,
+        github_api_url: "http://127.0.0.1:9".parse().unwrap(),
+        github_hook_repo: None,
+        github_hook_org: None,
+        github_hook_id: None,
     };
     let stop = CancellationToken::new();
     let replicas = [&app.state, &replica];

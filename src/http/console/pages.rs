@@ -15,6 +15,7 @@ use super::templates::{render, serde};
 use crate::http::{AppState, UnknownFields};
 use crate::operations::page::{self, Cursor};
 use crate::operations::{EventFilter, audit, destinations, display, jobs, overview, query, side_effects};
+use crate::reconcile;
 
 /// Rows per page of the events list.
 const PAGE: u32 = 50;
@@ -112,6 +113,8 @@ pub async fn overview(
         })
         .collect();
     let destinations = destinations::list(&state.pool, &state.forwarding.declaration).await?;
+    // The same read as `GET /admin/reconciliation`.
+    let reconciliation = reconcile::state::last_runs(&state.pool).await?;
     let destination_actions = match destinations.is_empty() {
         true => Vec::new(),
         false => audit::of_destinations(&state.pool, DESTINATION_ACTIONS).await?,
@@ -129,7 +132,7 @@ pub async fn overview(
         context! {
             csrf => session.csrf_token, nav => "overview", overview => serde(&overview),
             providers => serde(&providers), strips, destinations => serde(&destinations),
-            destination_actions => serde(&destination_actions),
+            destination_actions => serde(&destination_actions), reconciliation => serde(&reconciliation),
         },
     )
 }

@@ -1,20 +1,30 @@
-//! Fake Paddle and Stripe event APIs on loopback (axum), implementing what
-//! their documentation says of `GET /events` and `GET /v1/events`: bearer
-//! authentication (401 with the provider's error body), pagination (Paddle
-//! `after` + `meta.pagination.next`, oldest first; Stripe `created[gte]` +
-//! `starting_after`, newest first), request ids; plus faults a test
-//! scripts by request number (429 with `Retry-After`, 500), pages that
-//! list an event again, and a gate that holds requests until opened.
+//! Fake Paddle and Stripe event APIs and a fake GitHub hook deliveries API
+//! on loopback (axum), implementing what their documentation says of
+//! `GET /events`, `GET /v1/events` and GitHub's `GET .../hooks/{id}/deliveries`
+//! and `POST .../deliveries/{id}/attempts`: bearer authentication (401 with
+//! the provider's error body), pagination (Paddle `after` +
+//! `meta.pagination.next`, oldest first; Stripe `created[gte]` +
+//! `starting_after`, newest first; GitHub newest first, `per_page` and a
+//! `cursor` in the `Link` header's `rel="next"`), request ids; plus faults
+//! a test scripts by request number (429 with `Retry-After`, 500), pages
+//! that list an event again, and a gate that holds requests until opened.
+//!
+//! The fake GitHub redelivers as GitHub does, by POSTing the delivery,
+//! signed with the hook's secret (`support::signing`, its own HMAC), to the
+//! service's real socket: before answering 202, so that a test knows the
+//! redelivery has been answered once the run has ended; or, held, when the
+//! test says (GitHub sends it some time after the 202).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
+use axum::extract::Path;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 
@@ -30,6 +40,8 @@ pub enum Fault {
 /// A request the fake received.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// Its path.
+    pub path: String,
     /// Its query parameters.
     pub query: HashMap<String, String>,
     /// Whether its bearer key was the right one.
@@ -49,6 +61,15 @@ struct Inner {
     /// Requests being answered now, and the most there ever were at once.
     in_flight: usize,
     max_in_flight: usize,
+    /// GitHub: each delivery's event header and body, by guid.
+    webhooks: HashMap<String, (String, Value)>,
+    /// GitHub: the service's URL redeliveries are POSTed to.
+    redeliver_to: Option<String>,
+    /// GitHub: the guids redelivered.
+    redelivered: Vec<String>,
+    /// GitHub: redeliveries wait in `held` until the test sends them.
+    hold_redeliveries: bool,
+    held: Vec<String>,
 }
 
 /// A request being answered: counted in flight until dropped.
@@ -84,6 +105,68 @@ impl FakeApi {
     /// A fake Stripe `/v1/events` serving `events`.
     pub async fn stripe(events: Vec<Value>) -> FakeApi {
         Self::start(events, Router::new().route("/v1/events", get(stripe_events))).await
+    }
+
+    /// A fake GitHub serving the delivery attempts `attempts` (`id`,
+    /// `guid`, `delivered_at`, ...) of hook 42 of repository `octo/inbox`
+    /// and of organization `octo`.
+    pub async fn github(attempts: Vec<Value>) -> FakeApi {
+        let routes = Router::new()
+            .route("/repos/octo/inbox/hooks/42/deliveries", get(github_deliveries))
+            .route("/orgs/octo/hooks/42/deliveries", get(github_deliveries))
+            .route("/repos/octo/inbox/hooks/42/deliveries/{id}/attempts", post(github_redeliver))
+            .route("/orgs/octo/hooks/42/deliveries/{id}/attempts", post(github_redeliver));
+        Self::start(attempts, routes).await
+    }
+
+    /// GitHub: redelivers to the service at `url`, `guid` being an `event`
+    /// event with body `body`.
+    pub fn redeliver_to(&self, url: &str, webhooks: impl IntoIterator<Item = (String, String, Value)>) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.redeliver_to = Some(url.to_string());
+        inner.webhooks.extend(webhooks.into_iter().map(|(guid, event, body)| (guid, (event, body))));
+    }
+
+    /// GitHub: answers redelivery requests 202 and sends nothing until
+    /// [`FakeApi::send_held`] (GitHub sends a redelivery some time later).
+    pub fn hold_redeliveries(&self) {
+        self.inner.lock().unwrap().hold_redeliveries = true;
+    }
+
+    /// GitHub: sends the redeliveries held, in the order asked.
+    pub async fn send_held(&self) {
+        let held = std::mem::take(&mut self.inner.lock().unwrap().held);
+        for guid in held {
+            self.send_again(&guid).await;
+        }
+    }
+
+    /// GitHub: POSTs delivery `guid` to the service, signed, and lists the
+    /// attempt (a new id, `redelivery: true`, the same guid).
+    async fn send_again(&self, guid: &str) {
+        let (target, webhook) = {
+            let inner = self.inner.lock().unwrap();
+            (inner.redeliver_to.clone(), inner.webhooks.get(guid).cloned())
+        };
+        let (Some(target), Some((event, body))) = (target, webhook) else { return };
+        let delivery = super::signing::github(guid, &event, &body);
+        let mut request = webhook_inbox::client::build().post(format!("{target}{}", delivery.path));
+        for (name, value) in &delivery.headers {
+            request = request.header(name, value);
+        }
+        let status = request.body(delivery.body).send().await.unwrap().status().as_u16();
+        let mut inner = self.inner.lock().unwrap();
+        let next_id = inner.events.iter().map(|a| a["id"].as_u64().unwrap()).max().unwrap_or(0) + 1;
+        inner.events.push(json!({
+            "id": next_id, "guid": guid, "delivered_at": chrono::Utc::now().to_rfc3339(),
+            "redelivery": true, "duration": 0.01, "status": "OK", "status_code": status,
+            "event": event, "action": body["action"], "installation_id": null, "repository_id": 1
+        }));
+    }
+
+    /// GitHub: the guids of the redeliveries made (answered 202), in order.
+    pub fn redelivered(&self) -> Vec<String> {
+        self.inner.lock().unwrap().redelivered.clone()
     }
 
     async fn start(events: Vec<Value>, routes: Router<FakeApi>) -> FakeApi {
@@ -151,6 +234,7 @@ impl FakeApi {
     /// Records a request, waits at the gate, and says its number and fault.
     async fn arrive(
         &self,
+        path: &str,
         headers: &HeaderMap,
         query: &HashMap<String, String>,
     ) -> (InFlight, usize, bool, Option<Fault>) {
@@ -158,7 +242,7 @@ impl FakeApi {
             == Some(format!("Bearer {}", self.key).as_str());
         let n = {
             let mut inner = self.inner.lock().unwrap();
-            inner.received.push(Received { query: query.clone(), authorized });
+            inner.received.push(Received { path: path.to_string(), query: query.clone(), authorized });
             inner.in_flight += 1;
             inner.max_in_flight = inner.max_in_flight.max(inner.in_flight);
             inner.received.len()
@@ -190,7 +274,7 @@ async fn paddle_events(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let (_in_flight, n, authorized, fault) = fake.arrive(&headers, &query).await;
+    let (_in_flight, n, authorized, fault) = fake.arrive("/events", &headers, &query).await;
     let request_id = format!("req_paddle_{n}");
     if !authorized {
         let body = json!({
@@ -239,7 +323,7 @@ async fn stripe_events(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let (_in_flight, n, authorized, fault) = fake.arrive(&headers, &query).await;
+    let (_in_flight, n, authorized, fault) = fake.arrive("/v1/events", &headers, &query).await;
     let request_id = [("request-id", format!("req_stripe_{n}"))];
     if !authorized {
         let body = json!({ "error": { "type": "invalid_request_error",
@@ -269,4 +353,90 @@ async fn stripe_events(
     let has_more = from + page.len() < events.len();
     let body = json!({ "object": "list", "url": "/v1/events", "data": page, "has_more": has_more });
     (request_id, axum::Json(body)).into_response()
+}
+
+/// GitHub's answer to a request without a good token.
+fn github_unauthorized() -> Response {
+    let body = json!({ "message": "Bad credentials", "documentation_url": "https://docs.github.com/rest",
+                       "status": "401" });
+    (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response()
+}
+
+/// GitHub's `GET .../hooks/{id}/deliveries`: newest first (by attempt id),
+/// `per_page` (≤ 100), `cursor`; the next page in `Link: <...>; rel="next"`.
+async fn github_deliveries(
+    State(fake): State<FakeApi>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let (_in_flight, _, authorized, fault) = fake.arrive(uri.path(), &headers, &query).await;
+    if !authorized {
+        return github_unauthorized();
+    }
+    if let Some(fault) = fault {
+        return fault_response(fault);
+    }
+    let inner = fake.inner.lock().unwrap();
+    let per_page =
+        query.get("per_page").and_then(|p| p.parse().ok()).unwrap_or(30).min(100).min(inner.page_cap);
+    let mut attempts: Vec<&Value> = inner.events.iter().collect();
+    attempts.sort_by_key(|attempt| std::cmp::Reverse(attempt["id"].as_u64().unwrap()));
+    let before: u64 = match query.get("cursor").map(|c| c.strip_prefix("v1_").and_then(|id| id.parse().ok()))
+    {
+        Some(Some(id)) => id,
+        Some(None) => return (StatusCode::BAD_REQUEST, "bad cursor").into_response(),
+        None => u64::MAX,
+    };
+    let page: Vec<Value> = attempts
+        .into_iter()
+        .filter(|attempt| attempt["id"].as_u64().unwrap() < before)
+        .take(per_page)
+        .cloned()
+        .collect();
+    let more = page.last().is_some_and(|last| {
+        let last = last["id"].as_u64().unwrap();
+        inner.events.iter().any(|attempt| attempt["id"].as_u64().unwrap() < last)
+    });
+    let mut response = axum::Json(page.clone()).into_response();
+    if more {
+        let cursor = page.last().unwrap()["id"].as_u64().unwrap();
+        let link =
+            format!("<{}{}?per_page={per_page}&cursor=v1_{cursor}>; rel=\"next\"", fake.url(), uri.path());
+        response.headers_mut().insert("link", link.parse().unwrap());
+    }
+    response
+}
+
+/// GitHub's `POST .../deliveries/{id}/attempts`: 202, after POSTing the
+/// delivery again to the service (a new attempt listed, `redelivery: true`,
+/// the same guid).
+async fn github_redeliver(
+    State(fake): State<FakeApi>,
+    Path(id): Path<u64>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    let (_in_flight, _, authorized, fault) = fake.arrive(uri.path(), &headers, &HashMap::new()).await;
+    if !authorized {
+        return github_unauthorized();
+    }
+    if let Some(fault) = fault {
+        return fault_response(fault);
+    }
+    let guid = {
+        let mut inner = fake.inner.lock().unwrap();
+        let Some(attempt) = inner.events.iter().find(|attempt| attempt["id"] == id) else {
+            return (StatusCode::NOT_FOUND, axum::Json(json!({ "message": "Not Found" }))).into_response();
+        };
+        let guid = attempt["guid"].as_str().unwrap().to_string();
+        inner.redelivered.push(guid.clone());
+        guid
+    };
+    let hold = fake.inner.lock().unwrap().hold_redeliveries;
+    match hold {
+        true => fake.inner.lock().unwrap().held.push(guid),
+        false => fake.send_again(&guid).await,
+    }
+    (StatusCode::ACCEPTED, axum::Json(json!({}))).into_response()
 }

@@ -1,0 +1,95 @@
+//! GitHub's reconciliation: GitHub keeps no event log, only the hook's
+//! delivery attempts, and redelivers one when asked. A run reads the
+//! attempts newest first back to its start, and asks once for each guid the
+//! dedup table lacks; the redelivery then arrives as a signed webhook
+//! through the normal route, where the dedup table makes it exactly once
+//! against any other attempt at the same delivery.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use chrono::Utc;
+use sqlx::PgConnection;
+
+use super::client::ApiError;
+use super::github::GitHubHook;
+use super::log::{Order, Start};
+use super::run::{self, Failure, OVERLAP, Options, Reader, ReconcileError, Summary};
+use super::state::{self, Mark, Tracker};
+use crate::inbox::Effects;
+
+impl Reader for GitHubHook {
+    fn provider_name(&self) -> &'static str {
+        self.provider()
+    }
+
+    /// Why the attempts are read back to `start.since` and no cursor is
+    /// kept: GitHub lists them newest first, and its cursors are not
+    /// documented as lasting; the mark is when the last complete run began
+    /// (less the overlap), as for Stripe's newest-first log.
+    async fn read_from(
+        &self,
+        conn: &mut PgConnection,
+        _effects: &Effects,
+        options: &Options,
+        from: Mark,
+        start: Start,
+    ) -> Result<Summary, ReconcileError> {
+        let began = Instant::now();
+        let began_at = Utc::now();
+        let provider = self.provider();
+        let mut summary = Summary::new(provider, options, &start);
+        // Every attempt at a delivery has its guid: one request per guid.
+        let mut read_guids = HashSet::new();
+        let mut next: Option<String> = None;
+        loop {
+            let page = self.attempts(next.as_deref()).await?;
+            summary.pages += 1;
+            let guids: Vec<&str> = page.attempts.iter().map(|attempt| attempt.guid.as_str()).collect();
+            let recorded = run::recorded(conn, provider, &guids).await?;
+            let mut reached_start = false;
+            for attempt in &page.attempts {
+                if attempt.delivered_at < start.since {
+                    summary.before_since += 1;
+                    reached_start = true;
+                    continue;
+                }
+                if !read_guids.insert(attempt.guid.clone()) {
+                    summary.repeated += 1;
+                    continue;
+                }
+                summary.seen += 1;
+                if recorded.contains(&attempt.guid) {
+                    summary.already_recorded += 1;
+                    continue;
+                }
+                if options.dry_run {
+                    summary.missing += 1;
+                    continue;
+                }
+                match self.redeliver(attempt.id).await {
+                    Ok(()) => summary.redelivery_requested += 1,
+                    // This delivery only (gone, say): the others may still be asked for.
+                    Err(error @ ApiError::Refused { .. }) => {
+                        summary.failed += 1;
+                        let (event_id, error) = (attempt.guid.clone(), error.to_string());
+                        summary.failures.push(Failure { event_id, archive_id: None, error });
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            // The progress line, after each page.
+            summary.log("reconciling");
+            match page.next {
+                Some(page_next) if !reached_start => next = Some(page_next),
+                _ => break,
+            }
+        }
+        if !options.dry_run {
+            let mark = Tracker::new(Order::NewestFirst, OVERLAP, from).complete(began_at);
+            state::store_mark(conn, provider, &mark).await?;
+        }
+        summary.took_ms = began.elapsed().as_millis() as u64;
+        Ok(summary)
+    }
+}
