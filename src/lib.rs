@@ -29,6 +29,8 @@ pub mod http;
 pub mod inbox;
 /// Prometheus metrics.
 pub mod monitoring;
+/// Closed sets of names (statuses, modes) read from text.
+pub mod names;
 /// What operators do with the archive: list, show, reprocess, purge, and the console's overview.
 pub mod operations;
 /// Effects that leave the database: emails enqueued by effects, sent by a worker.
@@ -41,3 +43,6 @@ pub mod queue;
 pub mod reconcile;
 /// Log output.
 pub mod telemetry;
+
+#[cfg(test)]
+mod layers;

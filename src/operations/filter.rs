@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer};
 use sqlx::{Postgres, QueryBuilder};
 
 use super::age::Since;
+use crate::names::one_of;
 use crate::providers;
 
 /// A `processing_status` (DESIGN.md "Two tables, one job each").
@@ -47,15 +48,6 @@ impl FromStr for Status {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         one_of(text, &Status::ALL, |status| status.as_str())
     }
-}
-
-/// The one of `values` whose stored text (`text_of`) is `text`, whatever
-/// its case; or an answer that lists them.
-pub fn one_of<T: Copy>(text: &str, values: &[T], text_of: impl Fn(T) -> &'static str) -> Result<T, String> {
-    values.iter().copied().find(|value| text_of(*value).eq_ignore_ascii_case(text)).ok_or_else(|| {
-        let listed: Vec<&str> = values.iter().map(|value| text_of(*value)).collect();
-        format!("{text:?} is not one of {}", listed.join(", "))
-    })
 }
 
 /// Conditions on archive rows; every one given must hold. Command-line

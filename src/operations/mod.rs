@@ -19,7 +19,7 @@ pub mod retention;
 pub mod side_effects;
 
 pub use age::{Age, Since};
-pub use filter::{EventFilter, Status, one_of};
+pub use filter::{EventFilter, Status};
 pub use purge::{Purged, RetentionPolicy};
 pub use query::{ArchivedDelivery, ArchivedDeliveryDetail};
 pub use reprocess::{ReprocessError, Reprocessed, Summary};

@@ -149,7 +149,7 @@ impl std::str::FromStr for Status {
 
     /// Case-insensitive.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        crate::operations::one_of(text, &Status::ALL, |status| status.as_str())
+        crate::names::one_of(text, &Status::ALL, |status| status.as_str())
     }
 }
 
