@@ -9,9 +9,9 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::signature::SignatureError;
-use super::standard_webhooks::{self, StandardWebhooksVerifier};
-use super::{EventFormat, InvalidSecret, Provider, ProviderSpec, TopLevel, Verified};
+use super::standard_sender::StandardWebhooksSender;
+use super::standard_webhooks;
+use super::{EventFormat, InvalidSecret, ProviderSpec, TopLevel};
 use crate::event::{self, Event, EventError, Payload};
 
 /// Clerk at `/webhooks/clerk` and `/account/webhook`; secrets from `CLERK_WEBHOOK_SECRET`.
@@ -20,38 +20,26 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     aliases: &["/account/webhook"],
     secret_help: "Clerk signing secrets `whsec_...` (Webhooks > your endpoint > Signing Secret), \
                   comma-separated (several during a rotation).",
-    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Clerk::new(secrets, tolerance_secs)?)),
+    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Clerk::verifier(secrets, tolerance_secs)?)),
     format: &ClerkFormat,
 };
 
-/// Verifies and reads Clerk webhooks.
+/// Clerk: its name, and its verifier ([`ClerkFormat`] reads its events).
 #[derive(Debug)]
-pub struct Clerk {
-    verifier: StandardWebhooksVerifier,
-}
+pub struct Clerk;
 
 impl Clerk {
     /// The provider name stored with each Clerk event.
     pub const NAME: &'static str = "clerk";
 
-    /// Takes Clerk's `whsec_...` signing secrets.
-    pub fn new(secrets: &[SecretString], tolerance_secs: u64) -> Result<Self, InvalidSecret> {
-        Ok(Clerk { verifier: StandardWebhooksVerifier::new(secrets, tolerance_secs)? })
-    }
-}
-
-impl Provider for Clerk {
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-
-    fn verify<'h>(
-        &self,
-        headers: &'h HeaderMap,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified<'h>, SignatureError> {
-        self.verifier.verify(headers, body, now).map(|message| message.verified)
+    /// The verifier of Clerk's signatures, which are Standard Webhooks ones
+    /// (Svix): a Standard Webhooks sender named `clerk`, with Clerk's
+    /// `whsec_...` signing secrets.
+    pub fn verifier(
+        secrets: &[SecretString],
+        tolerance_secs: u64,
+    ) -> Result<StandardWebhooksSender, InvalidSecret> {
+        StandardWebhooksSender::new(Self::NAME, secrets, tolerance_secs)
     }
 }
 

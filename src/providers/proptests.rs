@@ -33,8 +33,8 @@ fn paddle_headers(secret: &str, ts: &str, body: &[u8]) -> HeaderMap {
     headers(&[("paddle-signature", &format!("ts={ts};h1={}", hex::encode(tag)))])
 }
 
-fn clerk(key: &[u8]) -> Clerk {
-    Clerk::new(&[SecretString::from(format!("whsec_{}", STANDARD.encode(key)))], TOLERANCE).unwrap()
+fn clerk(key: &[u8]) -> StandardWebhooksSender {
+    Clerk::verifier(&[SecretString::from(format!("whsec_{}", STANDARD.encode(key)))], TOLERANCE).unwrap()
 }
 
 fn clerk_headers(key: &[u8], id: &str, ts: &str, body: &[u8]) -> HeaderMap {
