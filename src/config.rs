@@ -211,7 +211,8 @@ impl ServeConfig {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Effects")]
 pub struct EffectsConfig {
-    /// Credits per unit of each Paddle price, e.g. `pri_a=100,pri_b=500`.
+    /// Credits per unit of each Paddle price, e.g. `pri_a=100,pri_b=500`. A subscription or renewal
+    /// with a price not listed fails (archived FAILED, answered 500) until it is; `pri_c=0` grants nothing.
     #[arg(long, env = "PADDLE_PRICE_CREDITS", default_value = "")]
     pub paddle_price_credits: PriceCredits,
 }

@@ -159,3 +159,35 @@ fn help_groups_each_subcommand_s_own_options_apart_from_the_global_ones_and_name
         }
     }
 }
+
+#[test]
+fn price_credits_help_says_an_unlisted_price_fails() {
+    for command in [&["serve"][..], &["events", "reprocess"]] {
+        let output =
+            Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(command).arg("--help").output().unwrap();
+        let help = String::from_utf8(output.stdout).unwrap();
+        let at = help.find("--paddle-price-credits").unwrap_or_else(|| panic!("{command:?}: {help}"));
+        let entry = &help[at..help[at..].find("[env").map_or(help.len(), |end| at + end)];
+        assert!(entry.contains("not listed fails") && entry.contains("=0"), "{command:?}: {entry}");
+    }
+}
+
+#[test]
+fn the_pool_floor_is_the_workers_connections_and_the_reserved_ones() {
+    use clap::Parser;
+    use webhook_inbox::cli::Cli;
+    use webhook_inbox::inbox::{MIN_POOL_SIZE, RECORDERS, RESERVED_CONNECTIONS};
+
+    // One worker for deliveries with effects besides the recorders and the reserved connections.
+    assert_eq!(MIN_POOL_SIZE, RESERVED_CONNECTIONS + RECORDERS + 1);
+    let parse = |size: u32| {
+        Cli::try_parse_from(["webhook-inbox", "--db-max-connections", &size.to_string(), "migrate"])
+    };
+    let refused = parse(MIN_POOL_SIZE - 1).unwrap_err().to_string();
+    assert!(refused.contains(&format!("{MIN_POOL_SIZE}..")), "{refused}");
+    assert!(parse(MIN_POOL_SIZE).is_ok());
+    let help =
+        Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(["migrate", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains(&format!("(at least {MIN_POOL_SIZE}): {RECORDERS} record")), "{help}");
+}

@@ -50,7 +50,9 @@ async fn failures_are_retried_on_the_schedule_and_the_event_arrives_once_it_is_a
     let app = forwarding_app(destination(&receiver.url(), "retry_schedule = [\"1m\", \"1m\", \"1m\"]")).await;
     deliver(&app, "evt_1", "ctm_A", 1).await;
     let queue = queue(&app, "app");
-    receiver.answer_next([Answer::Status(500), Answer::Status(502)]);
+    // An answer's body is recorded up to its first KiB.
+    let long_body: &'static str = "e".repeat(3 * 1024).leak();
+    receiver.answer_next([Answer::Body(500, long_body), Answer::Status(502)]);
     let now = Utc::now();
 
     assert_eq!(round(app.pool(), &queue, now).await, Round { claimed: 1, retrying: 1, ..Round::default() });
@@ -83,6 +85,12 @@ async fn failures_are_retried_on_the_schedule_and_the_event_arrives_once_it_is_a
             (3, Some(200), None)
         ]
     );
+    let kept: Vec<String> =
+        sqlx::query_scalar("SELECT response_body FROM destination_attempts ORDER BY attempt")
+            .fetch_all(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(kept, [&long_body[..1024], "", ""], "the first KiB of each answer's body");
     assert_eq!(jobs(app.pool()).await, [("sent".to_string(), 3)]);
 }
 
