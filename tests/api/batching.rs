@@ -53,9 +53,16 @@ async fn a_batch_answers_each_delivery_even_when_one_payload_is_refused_or_repea
         delivery("evt_c", good),
         delivery("evt_a", good),
     ]
-    .map(to_record);
+    .map(|mut delivery| {
+        delivery.request_id = Some(format!("req-{}", delivery.event.id));
+        to_record(delivery)
+    });
 
-    let results = together(&app, &mut conn, &deliveries).await;
+    let logs = Logs::default();
+    let results = {
+        let _logging = tracing::subscriber::set_default(logs.subscriber());
+        together(&app, &mut conn, &deliveries).await
+    };
 
     assert!(matches!(results[0], Ok(Outcome::Processed { .. })), "{results:?}");
     assert!(matches!(results[1], Err(InboxError::UnstorablePayload)), "{results:?}");
@@ -64,8 +71,49 @@ async fn a_batch_answers_each_delivery_even_when_one_payload_is_refused_or_repea
     assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 2);
     assert_eq!(app.archive_statuses().await.iter().filter(|s| *s == "PROCESSED").count(), 2);
     assert_eq!(app.archive_statuses().await.iter().filter(|s| *s == "SKIPPED").count(), 1);
-    // The batch failed on the refused payload; the fallback is counted.
+    // The batch failed on the refused payload; the fallback is counted, and
+    // logged with its cause and the batch's request ids.
     assert!(app.metrics().await.contains("webhook_batch_fallbacks_total 1"), "{}", app.metrics().await);
+    let logs = logs.text();
+    let fallback = logs
+        .lines()
+        .find(|line| line.contains("recording a batch failed"))
+        .unwrap_or_else(|| panic!("{logs}"));
+    assert!(fallback.contains("WARN") && fallback.contains("error="), "{fallback}");
+    for request_id in ["req-evt_a", "req-evt_b", "req-evt_c"] {
+        assert!(fallback.contains(request_id), "{request_id} missing: {fallback}");
+    }
+}
+
+/// Log lines written while a test holds [`Logs::subscriber`] as its thread's default.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// A subscriber that writes every line at info and above, as text, here.
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
+        let logs = self.clone();
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || logs.clone())
+            .finish()
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
 }
 
 #[tokio::test]
