@@ -44,6 +44,23 @@ async fn a_receiver_that_hangs_gets_timeouts_then_every_event_once_it_answers_ea
     until_all_sent(db.pool(), (2 * events.len()) as i64).await;
 
     let seen = Seen::check(&receiver, &events);
+    // Each attempt's log line names its job, destination, event and attempt.
+    let attempts: Vec<serde_json::Value> = (service.logs().iter())
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|entry| {
+            ["event forwarded", "forward failed, will retry"]
+                .contains(&entry["message"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert!(attempts.len() as i64 >= 2 * events.len() as i64 + TIMEOUTS, "{attempts:?}");
+    for entry in &attempts {
+        let span = &entry["span"];
+        assert!(
+            span["job_id"].is_i64() && span["attempt"].is_i64() && span["destination"].is_string(),
+            "{entry}"
+        );
+        assert!(events.iter().any(|event| span["event_id"] == event.id.as_str()), "{entry}");
+    }
     // Answered at once (not held) at most once per job; and the service
     // recorded exactly one success per job.
     let mut answered: BTreeMap<(String, String), usize> = BTreeMap::new();
