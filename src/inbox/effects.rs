@@ -135,7 +135,16 @@ impl Routed {
 
 /// A delivery whose event has no side effects. Only [`Effects::route`]
 /// makes one, so the recording lane, which applies nothing, cannot be
-/// handed an event that has effects.
+/// handed an event that has effects. Code outside the inbox cannot build
+/// one by hand:
+///
+/// ```compile_fail,E0451
+/// use webhook_inbox::inbox::{Delivery, Forwards, ToRecord};
+///
+/// fn smuggle(delivery: Delivery, forwards: Forwards) -> ToRecord {
+///     ToRecord { delivery, forwards }
+/// }
+/// ```
 #[derive(Debug)]
 pub struct ToRecord {
     delivery: Delivery,
