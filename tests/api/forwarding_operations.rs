@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::support::forwarding::*;
 use crate::support::receiver::{Answer, Receiver};
+use crate::support::watch::until;
 use crate::support::*;
 
 const TOKEN: &str = "admin-token-0123456789";
@@ -204,6 +205,24 @@ async fn metrics_show_each_destinations_attempts_backlog_and_state() {
         "webhook_destination_jobs{destination=\"app\",status=\"pending\"} 0",
         "webhook_destination_state{destination=\"app\",state=\"running\"} 1",
         "webhook_destination_attempt_duration_seconds_count{destination=\"app\"} 2",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} is not in:\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_is_counted_as_gone_and_the_metrics_show_the_destination_disabled() {
+    let receiver = Receiver::start(SECRET).await;
+    let (app, _) = app_forwarding_to(&receiver).await;
+    receiver.answer_next([Answer::Status(410)]);
+    deliver(&app, "evt_1", "ctm_1", 1).await;
+
+    let gone = "webhook_destination_attempts_total{destination=\"app\",outcome=\"gone\"} 1";
+    until("the 410 is counted", async || app.metrics().await.lines().any(|line| line == gone)).await;
+    let metrics = app.metrics().await;
+    for line in [
+        "webhook_destination_state{destination=\"app\",state=\"disabled\"} 1",
+        "webhook_destination_state{destination=\"app\",state=\"running\"} 0",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} is not in:\n{metrics}");
     }
