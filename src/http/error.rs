@@ -163,10 +163,18 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The 400 reason of an operator request holding a value PostgreSQL cannot store.
+const UNSTORABLE_VALUE: &str = "a value in the request cannot be stored by PostgreSQL (a NUL character?)";
+
 impl From<sqlx::Error> for ApiError {
-    /// A failed query of an operator endpoint, classified like a delivery's.
+    /// A failed query of an operator endpoint, classified like a delivery's;
+    /// but a value PostgreSQL refuses to store (a NUL in a job filter or a
+    /// destination's name) is the request's, not a payload's: 400 saying so.
     fn from(error: sqlx::Error) -> Self {
-        ApiError::Inbox(error.into())
+        match InboxError::from(error) {
+            InboxError::UnstorablePayload => ApiError::BadRequest(UNSTORABLE_VALUE.into()),
+            error => ApiError::Inbox(error),
+        }
     }
 }
 

@@ -30,6 +30,8 @@ fn post(path: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+const UNSTORABLE: &str = "a value in the request cannot be stored by PostgreSQL (a NUL character?)";
+
 const CONTROL_IN_QUERY: &str =
     "Failed to deserialize query string: a filter value must not contain control characters";
 
@@ -51,6 +53,22 @@ fn cases() -> Vec<Case> {
             "admin filter with a newline (provider)",
             get("/admin/events?provider=paddle%0a"),
             CONTROL_IN_QUERY,
+        ),
+        case("admin jobs filter with a NUL (event_id=%00)", get("/admin/jobs?event_id=evt_%00"), UNSTORABLE),
+        case(
+            "admin jobs filter with a NUL (destination=%00)",
+            get("/admin/jobs?destination=app%00"),
+            UNSTORABLE,
+        ),
+        case(
+            "admin bulk replay with a NUL in the destination",
+            post("/admin/jobs/replay", r#"{"destination": "app\u0000", "dry_run": true}"#),
+            UNSTORABLE,
+        ),
+        case(
+            "admin pause of a destination named with a NUL",
+            post("/admin/destinations/app%00/pause", ""),
+            UNSTORABLE,
         ),
         case(
             "admin list with a misspelt filter (stauts=FAILED)",
