@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use tracing::Instrument;
 
-use crate::config::{DatabaseConfig, EffectsConfig, LogFormat, ServeConfig};
-use crate::db::Database;
+use crate::config::{EffectsConfig, LogFormat, ServeConfig};
+use crate::db::{Database, DatabaseConfig};
 use crate::destinations::{Declaration, Forwarding};
 use crate::inbox::Effects;
 

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client;
-use crate::config::{DatabaseConfig, OutboxConfig, RetentionConfig, ServeConfig};
-use crate::db::{self, Database};
+use crate::config::{OutboxConfig, RetentionConfig, ServeConfig};
+use crate::db::{self, Database, DatabaseConfig};
 use crate::destinations::{self, Declaration, Forwarding};
 use crate::http::{self, AppState, BearerToken, ConnectionLimits, Limits};
 use crate::operations::{Age, RetentionPolicy, retention};

@@ -1,7 +1,11 @@
 //! The database: migrations, the connection pool and the embedded PostgreSQL default.
 
+pub mod config;
 pub mod embedded;
 pub mod keepalive;
+mod session_lock;
+
+pub use session_lock::SessionLock;
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +14,8 @@ use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::config::{DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS, DatabaseConfig};
+pub use config::DatabaseConfig;
+use config::{DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS};
 use embedded::{EmbeddedError, EmbeddedOptions, EmbeddedPostgres, STOP_TIMEOUT};
 use keepalive::Keepalive;
 

@@ -7,12 +7,13 @@ use std::time::Instant;
 use axum::http::HeaderMap;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool};
 use tracing::instrument;
 
 use super::client::ApiError;
 use super::log::{EventLog, Order, Page, Start};
 use super::state::{self, Mark, Tracker};
+use crate::db::SessionLock;
 use crate::event::{Event, Payload};
 use crate::inbox::{self, Delivery, Effects, InboxError, Outcome, Source};
 use crate::providers;
@@ -183,26 +184,12 @@ pub async fn reconcile(
     reader: &impl Reader,
     options: &Options,
 ) -> Result<Summary, ReconcileError> {
-    // Its own connection, closed at the end: were the unlock to fail, the
-    // lock would go with it, however the run ends.
-    let mut conn = pool.acquire().await.map_err(InboxError::from)?.detach();
     let provider = reader.provider_name();
-    let result = match state::try_lock(&mut conn, provider).await {
-        Ok(true) => {
-            let result = locked(&mut conn, effects, reader, options).await;
-            // Explicitly: a closed connection's lock is released only once
-            // its server process has exited, after `close` returns.
-            if let Err(error) = state::unlock(&mut conn, provider).await {
-                tracing::warn!(%error, "unlocking the reconciliation of {provider}");
-            }
-            result
-        }
-        Ok(false) => Err(ReconcileError::AlreadyRunning(provider)),
-        Err(error) => Err(error.into()),
+    let Some(mut lock) = SessionLock::try_take(pool, "webhook-inbox reconcile", provider).await? else {
+        return Err(ReconcileError::AlreadyRunning(provider));
     };
-    if let Err(error) = conn.close().await {
-        tracing::warn!(%error, "closing the reconciliation connection");
-    }
+    let result = locked(lock.connection(), effects, reader, options).await;
+    lock.release().await;
     result
 }
 

@@ -182,25 +182,6 @@ pub async fn last_runs<'e>(executor: impl PgExecutor<'e>) -> sqlx::Result<Vec<La
     .await
 }
 
-/// Takes the lock on reconciling `provider` for the session of `conn`, if
-/// nobody holds it. Held until unlocked or the connection ends, so a
-/// process killed mid-run releases it with its connection.
-pub async fn try_lock(conn: &mut PgConnection, provider: &str) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('webhook-inbox reconcile'), hashtext($1))")
-        .bind(provider)
-        .fetch_one(conn)
-        .await
-}
-
-/// Releases the lock [`try_lock`] took on `conn`.
-pub async fn unlock(conn: &mut PgConnection, provider: &str) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_unlock(hashtext('webhook-inbox reconcile'), hashtext($1))")
-        .bind(provider)
-        .execute(conn)
-        .await
-        .map(drop)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

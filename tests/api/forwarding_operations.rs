@@ -217,11 +217,14 @@ async fn a_410_is_counted_as_gone_and_the_metrics_show_the_destination_disabled(
     receiver.answer_next([Answer::Status(410)]);
     deliver(&app, "evt_1", "ctm_1", 1).await;
 
-    let gone = "webhook_destination_attempts_total{destination=\"app\",outcome=\"gone\"} 1";
-    until("the 410 is counted", async || app.metrics().await.lines().any(|line| line == gone)).await;
+    // The attempt is counted when it ends, its record (the disabled state
+    // the gauge reads at scrape time) commits just after: wait for that.
+    let disabled = "webhook_destination_state{destination=\"app\",state=\"disabled\"} 1";
+    until("the destination is disabled", async || app.metrics().await.lines().any(|line| line == disabled))
+        .await;
     let metrics = app.metrics().await;
     for line in [
-        "webhook_destination_state{destination=\"app\",state=\"disabled\"} 1",
+        "webhook_destination_attempts_total{destination=\"app\",outcome=\"gone\"} 1",
         "webhook_destination_state{destination=\"app\",state=\"running\"} 0",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} is not in:\n{metrics}");
