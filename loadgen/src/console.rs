@@ -162,14 +162,17 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A million rows in a few statements: event types, providers and
-/// outcomes in fixed proportions, times spread evenly over `days`, a dedup
-/// row for every applied event, and half the FAILED events applied later.
+/// A million rows in a few statements: the day partitions they need,
+/// event types, providers and outcomes in fixed proportions, times spread
+/// evenly over `days`, a dedup row for every applied event, and half the
+/// FAILED events applied later.
 fn fill(conninfo: &str, rows: u64, days: u64) -> anyhow::Result<()> {
     psql(
         conninfo,
         &format!(
-            "INSERT INTO webhook_events (provider, event_id, event_type, payload, signature, processing_status,
+            "SELECT create_day_partitions(t, (now() AT TIME ZONE 'UTC')::date - {days} - 1, (now() AT TIME ZONE 'UTC')::date + 1)
+             FROM unnest(ARRAY['webhook_events_daily', 'destination_attempts']::regclass[]) t;
+             INSERT INTO webhook_events (provider, event_id, event_type, payload, signature, processing_status,
                                          error_message, secret_index, created_at, processed_at)
              SELECT provider, 'evt_' || g, event_type,
                     jsonb_build_object('event_id', 'evt_' || g, 'event_type', event_type,

@@ -7,13 +7,15 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::DEFAULT_FAILED_RETENTION_DAYS;
-use crate::operations::purge::{count_purgeable, count_purgeable_forwarding, purge, purge_forwarding};
-use crate::operations::{Age, RetentionPolicy};
+use crate::operations::purge::{
+    Purged, PurgedForwarding, count_purgeable, count_purgeable_forwarding, purge, purge_forwarding,
+};
+use crate::operations::{Age, RetentionPolicy, maintenance};
 
 /// How old a row must be to go.
 #[derive(Debug, Args)]
 pub struct PurgeArgs {
-    /// Delete PROCESSED and SKIPPED rows older than this: 90d, 12h, 30m (a bare number is days).
+    /// Delete PROCESSED and SKIPPED rows (a UTC day at a time) of the days that ended more than this ago: 90d, 12h, 30m (a bare number is days).
     #[arg(long)]
     pub older_than: Age,
 
@@ -29,21 +31,31 @@ pub struct PurgeArgs {
 /// Purges (or counts) and prints the counts.
 pub async fn run(pool: &PgPool, args: PurgeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let policy = RetentionPolicy::new(args.older_than, Some(args.failed_older_than))?;
-    let (verb, purged, forwarding) = if args.dry_run {
-        (
+    let (verb, purged, forwarding) = match args.dry_run {
+        true => (
             "would delete",
             count_purgeable(pool, &policy).await?,
             count_purgeable_forwarding(pool, &policy).await?,
-        )
-    } else {
-        let stop = CancellationToken::new();
-        ("deleted", purge(pool, &policy, &stop).await?, purge_forwarding(pool, &policy, &stop).await?)
+        ),
+        false => {
+            let Some(lock) = maintenance::lock(pool).await? else {
+                anyhow::bail!(
+                    "another process is purging the archive right now (serve's hourly upkeep): try again shortly"
+                );
+            };
+            let purged = purge_all(pool, &policy).await;
+            lock.release().await;
+            let (purged, forwarding) = purged?;
+            ("deleted", purged, forwarding)
+        }
     };
     writeln!(
         out,
-        "{verb} {} archive row(s): {} processed or skipped, {} failed; the dedup table is untouched",
+        "{verb} {} archive row(s): {} processed or skipped (in {} day partition(s)), {} failed; \
+         the dedup table is untouched",
         purged.total(),
         purged.processed_or_skipped,
+        purged.days,
         purged.failed
     )?;
     writeln!(
@@ -52,4 +64,10 @@ pub async fn run(pool: &PgPool, args: PurgeArgs, out: &mut dyn Write) -> anyhow:
         forwarding.attempts, forwarding.sent_jobs, forwarding.dead_jobs
     )?;
     Ok(())
+}
+
+/// The archive's rows, then forwarding's, purged.
+async fn purge_all(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Result<(Purged, PurgedForwarding)> {
+    let stop = CancellationToken::new();
+    Ok((purge(pool, policy, &stop).await?, purge_forwarding(pool, policy, &stop).await?))
 }

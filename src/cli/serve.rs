@@ -1,6 +1,7 @@
 //! `webhook-inbox serve`: the composition root. Builds the service from its
-//! configuration (providers, effects, the outbox's mailer, retention, the
-//! database, migrations), then serves HTTP until a shutdown signal.
+//! configuration (providers, effects, the outbox's mailer, the archive's
+//! upkeep, the database, migrations), then serves HTTP until a shutdown
+//! signal.
 
 use std::time::Duration;
 
@@ -13,17 +14,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client;
 use crate::config::{OutboxConfig, RetentionConfig, ServeConfig};
-use crate::db::{self, Database, DatabaseConfig};
+use crate::db::{self, Database, DatabaseConfig, partitions};
 use crate::destinations::{self, Declaration, Forwarding};
 use crate::http::{self, AppState, BearerToken, ConnectionLimits, Limits};
-use crate::operations::{Age, RetentionPolicy, retention};
+use crate::operations::{Age, RetentionPolicy, maintenance};
 use crate::outbox::{Emails, Mailer, Templates};
 use crate::providers::{self, Registry};
 use crate::queue::{Engine, Schedule};
 use crate::reconcile::{PeriodicConfig, periodic};
 
-/// How often retention purges the archive.
-const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+/// How often the archive's upkeep runs (partitions ahead, retention).
+const UPKEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
 pub async fn run(
@@ -60,6 +61,11 @@ pub async fn run(
         db.close().await;
         return Err(error);
     }
+    // Before the first delivery, rather than at the upkeep's first round:
+    // a service stopped for longer than the days made ahead finds none for today.
+    if let Err(error) = partitions::create_ahead(&db.pool).await {
+        tracing::warn!(%error, "could not make the day partitions ahead (serving on the days that exist)");
+    }
 
     let mut state = AppState::new(
         db.pool.clone(),
@@ -95,8 +101,7 @@ pub async fn run(
     let grace = Duration::from_secs(config.shutdown_grace_secs);
     let drain = grace - closing_reserve(grace);
     let stop = CancellationToken::new();
-    let retention = retention
-        .map(|policy| tokio::spawn(retention::run(db.pool.clone(), policy, RETENTION_EVERY, stop.clone())));
+    let upkeep = tokio::spawn(maintenance::run(db.pool.clone(), retention, UPKEEP_EVERY, stop.clone()));
     let reconcilers = reconcilers(&config.reconcile, &state, &stop);
     let shutdown = {
         let stop = stop.clone();
@@ -106,13 +111,13 @@ pub async fn run(
         }
     };
     // In parallel with the HTTP drain: the queues claim nothing new and
-    // finish the sends in flight, and retention the batch in progress, by
-    // the same deadline.
+    // finish the sends in flight, and the upkeep its batch or day in
+    // progress, by the same deadline.
     let background = async {
         stop.cancelled().await;
         let signalled = Instant::now();
         let drained_by = signalled + drain;
-        let (emails_done, ()) = tokio::join!(engine.stop(drained_by), stop_retention(retention, drained_by));
+        let (emails_done, ()) = tokio::join!(engine.stop(drained_by), stop_upkeep(upkeep, drained_by));
         (signalled, emails_done)
     };
     let (deliveries_done, (signalled, emails_done)) = tokio::join!(
@@ -201,15 +206,13 @@ fn closing_reserve(grace: Duration) -> Duration {
     (grace / 5).min(Duration::from_secs(2))
 }
 
-/// Waits for retention to finish its batch in progress, until `deadline`;
-/// a batch cut short rolls back.
-async fn stop_retention(retention: Option<JoinHandle<()>>, deadline: Instant) {
-    let Some(mut retention) = retention else {
-        return;
-    };
-    if tokio::time::timeout_at(deadline, &mut retention).await.is_err() {
-        retention.abort();
-        tracing::warn!("shutdown grace period expired during a retention purge batch; it rolls back");
+/// Waits for the upkeep to finish its batch or day in progress, until
+/// `deadline`; one cut short rolls back (a detach cut short is finished by
+/// the next round).
+async fn stop_upkeep(mut upkeep: JoinHandle<()>, deadline: Instant) {
+    if tokio::time::timeout_at(deadline, &mut upkeep).await.is_err() {
+        upkeep.abort();
+        tracing::warn!("shutdown grace period expired during the archive's upkeep; its batch rolls back");
     }
 }
 

@@ -1,8 +1,10 @@
 //! The database: migrations, the connection pool and the embedded PostgreSQL default.
 
 pub mod config;
+pub mod conversion;
 pub mod embedded;
 pub mod keepalive;
+pub mod partitions;
 mod session_lock;
 
 pub use session_lock::SessionLock;

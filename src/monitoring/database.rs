@@ -8,12 +8,15 @@ use metrics::{Gauge, Key, Label, Level, Metadata, Recorder};
 use metrics_exporter_prometheus::PrometheusRecorder;
 use sqlx::PgPool;
 
+use crate::db::partitions;
+
 pub(super) const FAILED_24H: &str = "webhook_failed_deliveries_24h";
 pub(super) const OLDEST_FAILURE: &str = "webhook_oldest_unapplied_failure_age_seconds";
 pub(super) const OUTBOX: &str = "webhook_outbox_emails";
 pub(super) const QUERY_OK: &str = "webhook_metrics_database_query_ok";
 pub(super) const POOL_CONNECTIONS: &str = "webhook_db_pool_connections";
 pub(super) const POOL_MAX: &str = "webhook_db_pool_max_connections";
+pub(super) const PARTITIONS_AHEAD: &str = "webhook_archive_partition_days_ahead";
 
 /// Longest a scrape waits for the database before rendering without it.
 pub(super) const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -32,6 +35,7 @@ pub(super) struct DatabaseGauges {
     pool_idle: Gauge,
     pool_in_use: Gauge,
     pool_max: Gauge,
+    partitions_ahead: Gauge,
     last_query: tokio::sync::Mutex<Option<Instant>>,
 }
 
@@ -51,6 +55,7 @@ impl DatabaseGauges {
             pool_idle: labelled(POOL_CONNECTIONS, "idle"),
             pool_in_use: labelled(POOL_CONNECTIONS, "in_use"),
             pool_max: gauge(Key::from_static_name(POOL_MAX)),
+            partitions_ahead: gauge(Key::from_static_name(PARTITIONS_AHEAD)),
             last_query: tokio::sync::Mutex::new(None),
         }
     }
@@ -71,8 +76,9 @@ impl DatabaseGauges {
             return false;
         }
         match tokio::time::timeout(QUERY_TIMEOUT, query(pool)).await {
-            Ok(Ok(Row { failed_24h, oldest_failure, outbox_pending, outbox_dead })) => {
+            Ok(Ok(Row { failed_24h, oldest_failure, outbox_pending, outbox_dead, partitions_ahead })) => {
                 self.failed_24h.set(failed_24h as f64);
+                self.partitions_ahead.set(partitions_ahead);
                 self.oldest_failure.set(oldest_failure);
                 self.outbox_pending.set(outbox_pending as f64);
                 self.outbox_dead.set(outbox_dead as f64);
@@ -112,6 +118,8 @@ struct Row {
     outbox_pending: i64,
     /// Emails given up after their last attempt.
     outbox_dead: i64,
+    /// Days after today that every table partitioned by day has partitions for.
+    partitions_ahead: i32,
 }
 
 /// One round trip. Every part reads a partial index only: the FAILED rows
@@ -129,8 +137,10 @@ async fn query(pool: &PgPool) -> sqlx::Result<Row> {
                                          WHERE p.provider = w.provider AND p.event_id = w.event_id)
                        ORDER BY w.created_at LIMIT 1), 0) AS oldest_failure,
              (SELECT count(*) FROM outbox WHERE status = 'pending') AS outbox_pending,
-             (SELECT count(*) FROM outbox WHERE status = 'dead') AS outbox_dead",
+             (SELECT count(*) FROM outbox WHERE status = 'dead') AS outbox_dead,
+             (SELECT min(day_partitions_ahead(t)) FROM unnest($1::regclass[]) t) AS partitions_ahead",
     )
+    .bind(partitions::ALL.map(|table| table.table))
     .fetch_one(pool)
     .await
 }

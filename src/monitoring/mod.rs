@@ -185,6 +185,11 @@ fn describe(recorder: &PrometheusRecorder) {
     );
     describe(FAILED_24H, None, "FAILED deliveries archived in the last 24 hours.");
     describe(
+        PARTITIONS_AHEAD,
+        None,
+        "Days after today (UTC) the archive's and the attempts' day partitions reach (below 0: deliveries fail).",
+    );
+    describe(
         OLDEST_FAILURE,
         Some(Unit::Seconds),
         "Age of the oldest FAILED delivery whose event has not been applied since (0: none).",

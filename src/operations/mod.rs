@@ -10,12 +10,12 @@ pub mod destinations;
 pub mod display;
 pub mod filter;
 pub mod jobs;
+pub mod maintenance;
 pub mod overview;
 pub mod page;
 pub mod purge;
 pub mod query;
 pub mod reprocess;
-pub mod retention;
 pub mod side_effects;
 
 pub use age::{Age, Since};

@@ -6,34 +6,78 @@ use std::str::FromStr;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
 use serde::{Serialize, Serializer};
 use sqlx::PgPool;
 
 use super::filter::EventFilter;
 use super::query::{self, ArchivedDelivery};
 
-/// Where the next page starts. Clients pass back the text they were given;
-/// what it holds (the last row's id) is ours to change.
+/// Where the next page starts: the last row's place in its listing's
+/// order. Clients pass back the text they were given; what it holds is
+/// ours to change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor {
-    before: i64,
+pub struct Cursor<P = i64> {
+    after: P,
 }
 
-impl fmt::Display for Cursor {
+/// A row's place in a listing's order, newest first, as a cursor writes it.
+pub trait Position: Sized + Copy {
+    /// The text a cursor holds.
+    fn write(&self) -> String;
+    /// The position in `text`, if it is one [`write`](Position::write) wrote.
+    fn read(text: &str) -> Option<Self>;
+}
+
+/// A job's place: jobs are listed by id.
+impl Position for i64 {
+    fn write(&self) -> String {
+        format!("before:{self}")
+    }
+
+    fn read(text: &str) -> Option<Self> {
+        text.strip_prefix("before:")?.parse().ok()
+    }
+}
+
+/// An archive row's place: the archive is listed by when each row was
+/// received, then by id, so that a page of the newest rows, or of a time
+/// range, reads only the day partitions it shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// When the row was archived.
+    pub created_at: DateTime<Utc>,
+    /// Its id, which orders rows received at the same instant.
+    pub id: i64,
+}
+
+impl Position for Received {
+    fn write(&self) -> String {
+        format!("before:{}:{}", self.created_at.timestamp_micros(), self.id)
+    }
+
+    fn read(text: &str) -> Option<Self> {
+        let (micros, id) = text.strip_prefix("before:")?.split_once(':')?;
+        let created_at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+        Some(Received { created_at, id: id.parse().ok()? })
+    }
+}
+
+impl<P: Position> fmt::Display for Cursor<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&URL_SAFE_NO_PAD.encode(format!("before:{}", self.before)))
+        f.write_str(&URL_SAFE_NO_PAD.encode(self.after.write()))
     }
 }
 
-impl Cursor {
-    /// The cursor of the page that follows the row `id` (ids descending).
-    pub fn after(id: i64) -> Cursor {
-        Cursor { before: id }
+impl<P: Position> Cursor<P> {
+    /// The cursor of the page that follows the row at `position`.
+    pub fn after(position: P) -> Self {
+        Cursor { after: position }
     }
 
-    /// The next page's rows have ids below this.
-    pub fn before(self) -> i64 {
-        self.before
+    /// The next page's rows come after this, in the listing's order.
+    pub fn position(self) -> P {
+        self.after
     }
 }
 
@@ -42,7 +86,7 @@ impl Cursor {
 #[error("invalid cursor")]
 pub struct InvalidCursor;
 
-impl FromStr for Cursor {
+impl<P: Position> FromStr for Cursor<P> {
     type Err = InvalidCursor;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
@@ -50,13 +94,13 @@ impl FromStr for Cursor {
             .decode(text)
             .ok()
             .and_then(|bytes| String::from_utf8(bytes).ok())
-            .and_then(|text| text.strip_prefix("before:")?.parse().ok())
-            .map(|before| Cursor { before })
+            .and_then(|text| P::read(&text))
+            .map(Cursor::after)
             .ok_or(InvalidCursor)
     }
 }
 
-impl Serialize for Cursor {
+impl<P: Position> Serialize for Cursor<P> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
     }
@@ -68,7 +112,7 @@ pub struct Page {
     /// The rows, newest first.
     pub events: Vec<ArchivedDelivery>,
     /// `None`: this is the last page.
-    pub next_cursor: Option<Cursor>,
+    pub next_cursor: Option<Cursor<Received>>,
 }
 
 /// At most `limit` rows matching `filter`, newest first, from `cursor` on.
@@ -76,14 +120,14 @@ pub async fn page(
     pool: &PgPool,
     filter: &EventFilter,
     limit: u32,
-    cursor: Option<Cursor>,
+    cursor: Option<Cursor<Received>>,
 ) -> sqlx::Result<Page> {
     // One row more than the page tells whether there is a next page.
-    let mut events = query::list(pool, filter, limit + 1, cursor.map(|c| c.before)).await?;
+    let mut events = query::list(pool, filter, limit + 1, cursor.map(Cursor::position)).await?;
     let next_cursor = match events.len() > limit as usize {
         true => {
             events.truncate(limit as usize);
-            events.last().map(|last| Cursor { before: last.id })
+            events.last().map(|last| Cursor::after(Received { created_at: last.created_at, id: last.id }))
         }
         false => None,
     };
@@ -96,10 +140,19 @@ mod tests {
 
     #[test]
     fn a_cursor_reads_back_what_it_wrote_and_nothing_else() {
-        let cursor = Cursor { before: 1234 };
-        assert_eq!(cursor.to_string().parse(), Ok(cursor));
+        let job = Cursor::after(1234_i64);
+        assert_eq!(job.to_string().parse(), Ok(job));
+        let row = Cursor::after(Received {
+            created_at: DateTime::from_timestamp_micros(1_764_633_600_123_456).unwrap(),
+            id: 42,
+        });
+        assert_eq!(row.to_string().parse(), Ok(row));
         for bad in ["", "1234", "YmVmb3JlOg", "!!"] {
             assert_eq!(bad.parse::<Cursor>(), Err(InvalidCursor), "{bad}");
+            assert_eq!(bad.parse::<Cursor<Received>>(), Err(InvalidCursor), "{bad}");
         }
+        // Each listing takes its own kind only.
+        assert_eq!(job.to_string().parse::<Cursor<Received>>(), Err(InvalidCursor));
+        assert_eq!(row.to_string().parse::<Cursor>(), Err(InvalidCursor));
     }
 }

@@ -1,6 +1,9 @@
-//! Purging the archive: rows past their retention age deleted in small
-//! batches. The dedup table is never touched, so an event purged from the
-//! archive is still answered as a duplicate when a provider replays it.
+//! Purging the archive: rows past their retention age go. PROCESSED and
+//! SKIPPED rows and forwarding attempts a day at a time, by dropping the
+//! day's partition (`db::partitions`); FAILED rows, kept longer in a table
+//! of their own, and forwarding jobs, which are a queue, in small batches
+//! of deletes. The dedup table is never touched, so an event purged from
+//! the archive is still answered as a duplicate when a provider replays it.
 //! Forwarding is purged on the same ages: attempts and sent jobs like
 //! archive rows, dead jobs like FAILED ones; pending jobs never.
 
@@ -10,26 +13,23 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
 use super::age::Age;
+use crate::db::partitions::{self, DayPartitioned};
 
 /// Rows deleted per statement: each batch is a short transaction that locks
 /// at most this many rows, so a purge never blocks anything for long.
 pub const BATCH_SIZE: i64 = 1000;
 
 /// One purge batch: the oldest rows of one kind (`$kind`, the condition of
-/// its partial index on `$time`) of `$table` older than `$1` seconds, at
-/// most `$2` of them, found again by `$key`. The clock is the database's,
-/// the same for every replica.
+/// an index on `$time`, partial or the partition's) of `$table` older than
+/// `$1` seconds, at most `$2` of them, found again by `$key`. The clock is
+/// the database's, the same for every replica.
 ///
-/// Why by kind and in time order: each kind has its own partial index on
-/// its time (`ix_webhook_events_created_at` for all but FAILED archive rows,
-/// `ix_webhook_events_failed_created_at` for those), so a batch is a range
-/// scan that reads the rows it deletes and stops; a condition mixing both
-/// ages matched neither index, and the last batch of every purge read the
-/// whole archive.
+/// Why by kind and in time order: a batch is then a range scan of one index
+/// that reads the rows it deletes and stops. FAILED archive rows are
+/// deleted from their partition, `webhook_events_failed`, by name: through
+/// the partitioned table, the join back on `id` would look for each id in
+/// every day's partition too.
 macro_rules! delete_oldest {
-    ($kind:literal) => {
-        delete_oldest!("webhook_events", "id", $kind, "created_at")
-    };
     ($table:literal, $key:literal, $kind:literal, $time:literal) => {
         concat!(
             "WITH doomed AS MATERIALIZED (
@@ -54,19 +54,6 @@ macro_rules! delete_oldest {
             $key,
             " = doomed.",
             $key
-        )
-    };
-}
-
-/// How many rows of one kind (as in [`delete_oldest`]) are older than `$n` seconds.
-macro_rules! count_older {
-    ($kind:literal, $age:literal) => {
-        concat!(
-            "(SELECT count(*) FROM webhook_events WHERE ",
-            $kind,
-            " AND created_at < now() - make_interval(secs => ",
-            $age,
-            "::float8))"
         )
     };
 }
@@ -117,8 +104,10 @@ impl RetentionPolicy {
 /// Rows purged (or, in a dry run, purgeable).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Purged {
-    /// PROCESSED and SKIPPED rows.
+    /// PROCESSED and SKIPPED rows, in the days dropped.
     pub processed_or_skipped: u64,
+    /// The days of PROCESSED and SKIPPED rows dropped: their partitions.
+    pub days: u64,
     /// FAILED rows.
     pub failed: u64,
 }
@@ -130,13 +119,15 @@ impl Purged {
     }
 }
 
-/// Deletes every row the policy says is old enough, [`BATCH_SIZE`] at a
-/// time, oldest first, until none is left or `stop` is cancelled (checked
-/// between batches, so a batch always finishes).
+/// Deletes every row the policy says is old enough, until none is left or
+/// `stop` is cancelled (checked between a day or a batch and the next, so
+/// one always finishes): PROCESSED and SKIPPED rows by the day (a day goes
+/// once it ended `older_than` ago, so a row is kept at least that long and
+/// at most a day more), FAILED rows [`BATCH_SIZE`] at a time, oldest
+/// first.
 ///
-/// Safe to run from several processes at once: each batch locks the rows it
-/// deletes with `SKIP LOCKED`, so concurrent purges split the work instead
-/// of waiting on each other.
+/// One process at a time runs it: the caller holds the upkeep's lock
+/// (`maintenance::lock`), so that two never drop the same day.
 #[instrument(skip_all)]
 pub async fn purge(
     pool: &PgPool,
@@ -144,15 +135,15 @@ pub async fn purge(
     stop: &CancellationToken,
 ) -> sqlx::Result<Purged> {
     let (older_than, failed_older_than) = policy.bind_ages();
-    let not_failed = delete_oldest!("processing_status <> 'FAILED'");
-    let processed_or_skipped = purge_kind(pool, not_failed, older_than, stop).await?;
+    let (days, processed_or_skipped) = drop_days(pool, partitions::ARCHIVE, older_than, stop).await?;
     let failed = match failed_older_than {
         Some(age) if !stop.is_cancelled() => {
-            purge_kind(pool, delete_oldest!("processing_status = 'FAILED'"), age, stop).await?
+            purge_kind(pool, delete_oldest!("webhook_events_failed", "id", "true", "created_at"), age, stop)
+                .await?
         }
         _ => 0,
     };
-    Ok(Purged { processed_or_skipped, failed })
+    Ok(Purged { processed_or_skipped, days, failed })
 }
 
 /// Forwarding's rows purged (or, in a dry run, purgeable).
@@ -166,13 +157,9 @@ pub struct PurgedForwarding {
     pub dead_jobs: u64,
 }
 
-/// Forwarding's kinds of rows: (batch, count of the purgeable), whose age
-/// is the archive's (`$1` in the counts) or FAILED rows' (`$2`).
-const FORWARDING: [(&str, &str); 3] = [
-    (
-        delete_oldest!("destination_attempts", "ctid", "true", "attempted_at"),
-        "SELECT count(*) FROM destination_attempts WHERE attempted_at < now() - make_interval(secs => $1::float8)",
-    ),
+/// Forwarding's jobs: (batch, count of the purgeable), whose age is the
+/// archive's (`$1` in the counts) or FAILED rows' (`$2`).
+const JOBS: [(&str, &str); 2] = [
     (
         delete_oldest!("destination_jobs", "id", "status = 'sent'", "sent_at"),
         "SELECT count(*) FROM destination_jobs
@@ -186,7 +173,7 @@ const FORWARDING: [(&str, &str); 3] = [
 ];
 
 /// Deletes forwarding's rows the policy says are old enough, as [`purge`]
-/// does the archive's.
+/// does the archive's: attempts by the day, jobs in batches.
 #[instrument(skip_all)]
 pub async fn purge_forwarding(
     pool: &PgPool,
@@ -194,11 +181,9 @@ pub async fn purge_forwarding(
     stop: &CancellationToken,
 ) -> sqlx::Result<PurgedForwarding> {
     let (older_than, failed_older_than) = policy.bind_ages();
-    let [(attempts, _), (sent, _), (dead, _)] = FORWARDING;
-    let mut purged = PurgedForwarding {
-        attempts: purge_kind(pool, attempts, older_than, stop).await?,
-        ..PurgedForwarding::default()
-    };
+    let [(sent, _), (dead, _)] = JOBS;
+    let (_, attempts) = drop_days(pool, partitions::ATTEMPTS, older_than, stop).await?;
+    let mut purged = PurgedForwarding { attempts, ..PurgedForwarding::default() };
     if !stop.is_cancelled() {
         purged.sent_jobs = purge_kind(pool, sent, older_than, stop).await?;
     }
@@ -215,13 +200,48 @@ pub async fn count_purgeable_forwarding(
     policy: &RetentionPolicy,
 ) -> sqlx::Result<PurgedForwarding> {
     let (older_than, failed_older_than) = policy.bind_ages();
-    let mut counts = [0u64; 3];
-    for (count, (_, sql)) in counts.iter_mut().zip(FORWARDING) {
+    let mut counts = [0u64; 2];
+    for (count, (_, sql)) in counts.iter_mut().zip(JOBS) {
         let n: i64 = sqlx::query_scalar(sql).bind(older_than).bind(failed_older_than).fetch_one(pool).await?;
         *count = n as u64;
     }
-    let [attempts, sent_jobs, dead_jobs] = counts;
+    let [sent_jobs, dead_jobs] = counts;
+    let (_, attempts) = count_days(pool, partitions::ATTEMPTS, older_than).await?;
     Ok(PurgedForwarding { attempts, sent_jobs, dead_jobs })
+}
+
+/// Drops the day partitions of `table` whose day ended more than `age`
+/// seconds ago, oldest first, until none is left or `stop` is cancelled;
+/// returns the days dropped and the rows they held (counted just before
+/// each drop, so that what a purge reports is what it removed).
+async fn drop_days(
+    pool: &PgPool,
+    table: DayPartitioned,
+    age: f64,
+    stop: &CancellationToken,
+) -> sqlx::Result<(u64, u64)> {
+    let (mut days, mut rows) = (0, 0);
+    for partition in table.ended_before(pool, age).await? {
+        if stop.is_cancelled() {
+            break;
+        }
+        let held = table.rows(pool, &partition).await?;
+        table.drop_partition(pool, &partition).await?;
+        tracing::debug!(partition = %partition.name, rows = held, "dropped a day");
+        days += 1;
+        rows += held as u64;
+    }
+    Ok((days, rows))
+}
+
+/// The days [`drop_days`] would drop now, and their rows.
+async fn count_days(pool: &PgPool, table: DayPartitioned, age: f64) -> sqlx::Result<(u64, u64)> {
+    let (mut days, mut rows) = (0, 0);
+    for partition in table.ended_before(pool, age).await? {
+        days += 1;
+        rows += table.rows(pool, &partition).await? as u64;
+    }
+    Ok((days, rows))
 }
 
 /// Runs `batch` (a [`delete_oldest`]) until it deletes less than a batch or
@@ -247,18 +267,16 @@ async fn purge_kind(
 #[instrument(skip_all)]
 pub async fn count_purgeable(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Result<Purged> {
     let (older_than, failed_older_than) = policy.bind_ages();
+    let (days, processed_or_skipped) = count_days(pool, partitions::ARCHIVE, older_than).await?;
     // A NULL age (FAILED rows kept forever) makes the condition NULL: none.
-    let (others, failed): (i64, i64) = sqlx::query_as(concat!(
-        "SELECT ",
-        count_older!("processing_status <> 'FAILED'", "$1"),
-        ", ",
-        count_older!("processing_status = 'FAILED'", "$2")
-    ))
-    .bind(older_than)
+    let failed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM webhook_events
+         WHERE processing_status = 'FAILED' AND created_at < now() - make_interval(secs => $1::float8)",
+    )
     .bind(failed_older_than)
     .fetch_one(pool)
     .await?;
-    Ok(Purged { processed_or_skipped: others as u64, failed: failed as u64 })
+    Ok(Purged { processed_or_skipped, days, failed: failed as u64 })
 }
 
 #[cfg(test)]

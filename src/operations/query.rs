@@ -8,6 +8,7 @@ use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 use tracing::instrument;
 
 use super::filter::EventFilter;
+use super::page::Received;
 
 /// The columns of [`ArchivedDelivery`], for every query that reads one.
 const SUMMARY_COLUMNS: &str = "id, provider, event_id, event_type, processing_status, error_message, \
@@ -62,22 +63,26 @@ pub struct ArchivedDeliveryDetail {
     pub event_applied_at: Option<DateTime<Utc>>,
 }
 
-/// Rows matching `filter`, newest first, at most `limit`, only those with an
-/// id below `before` when given (the previous page's last id).
+/// Rows matching `filter`, newest first (by when they were received, then
+/// id), at most `limit`, only those after `after` when given (the previous
+/// page's last row).
 #[instrument(skip_all)]
 pub async fn list<'e>(
     executor: impl PgExecutor<'e>,
     filter: &EventFilter,
     limit: u32,
-    before: Option<i64>,
+    after: Option<Received>,
 ) -> sqlx::Result<Vec<ArchivedDelivery>> {
     let mut sql =
         QueryBuilder::<Postgres>::new(format!("SELECT {SUMMARY_COLUMNS} FROM webhook_events w WHERE true"));
     filter.push_conditions(&mut sql, "w");
-    if let Some(before) = before {
-        sql.push(" AND w.id < ").push_bind(before);
+    if let Some(Received { created_at, id }) = after {
+        // The first condition is implied by the second, and is what lets
+        // PostgreSQL skip the days after the cursor.
+        sql.push(" AND w.created_at <= ").push_bind(created_at);
+        sql.push(" AND (w.created_at, w.id) < (").push_bind(created_at).push(", ").push_bind(id).push(")");
     }
-    sql.push(" ORDER BY w.id DESC LIMIT ").push_bind(i64::from(limit));
+    sql.push(" ORDER BY w.created_at DESC, w.id DESC LIMIT ").push_bind(i64::from(limit));
     sql.build_query_as().fetch_all(executor).await
 }
 

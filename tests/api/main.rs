@@ -30,6 +30,7 @@ mod migrate;
 mod ordering;
 mod outbox;
 mod outbox_marks;
+mod partitions;
 mod providers;
 mod purge;
 mod reconcile;

@@ -62,7 +62,8 @@ pub async fn list_jobs(
     query: Result<Query<ListQuery<JobFilter>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Listing { filter, limit, cursor } = Listing::read(query, PAGE, MAX_PAGE)?;
-    let mut rows: Vec<Job> = jobs::list(&state.pool, &filter, limit + 1, cursor.map(Cursor::before)).await?;
+    let mut rows: Vec<Job> =
+        jobs::list(&state.pool, &filter, limit + 1, cursor.map(Cursor::position)).await?;
     // One row more than the page tells whether there is a next page.
     let next_cursor = (rows.len() > limit as usize).then(|| {
         rows.truncate(limit as usize);

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
 use crate::http::{AppState, UnknownFields, request_id};
-use crate::operations::page::{self, Page};
+use crate::operations::page::{self, Page, Received};
 use crate::operations::{EventFilter, Reprocessed, bulk, query, reprocess};
 
 use super::listing::{ListQuery, Listing};
@@ -28,7 +28,7 @@ const MAX_BULK: u32 = 1000;
 /// newest first; `next_cursor`, when not null, fetches the next page.
 pub async fn list(
     State(state): State<AppState>,
-    query: Result<Query<ListQuery<EventFilter>>, QueryRejection>,
+    query: Result<Query<ListQuery<EventFilter, Received>>, QueryRejection>,
 ) -> Result<Json<Page>, ApiError> {
     let Listing { filter, limit, cursor } = Listing::read(query, PAGE, MAX_PAGE)?;
     Ok(Json(page::page(&state.pool, &filter, limit, cursor).await?))

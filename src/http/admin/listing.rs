@@ -8,37 +8,38 @@ use serde::Deserialize;
 use crate::http::UnknownFields;
 use crate::http::error::ApiError;
 use crate::operations::filter::parsed;
-use crate::operations::page::Cursor;
+use crate::operations::page::{Cursor, Position};
 
-/// A listing's query: the filters `F`, `limit` and `cursor`; any other
-/// field is refused.
+/// A listing's query: the filters `F`, `limit` and `cursor` (to a row's
+/// place `P` in the listing's order); any other field is refused.
 #[derive(Deserialize)]
-pub struct ListQuery<F> {
+#[serde(bound(deserialize = "F: Deserialize<'de>, P: Position"))]
+pub struct ListQuery<F, P = i64> {
     #[serde(flatten)]
     filter: F,
     #[serde(default, deserialize_with = "parsed")]
     limit: Option<u32>,
     #[serde(default, deserialize_with = "parsed")]
-    cursor: Option<Cursor>,
+    cursor: Option<Cursor<P>>,
     #[serde(flatten)]
     unknown: UnknownFields,
 }
 
 /// A listing's request, read: what to match, how many rows, from where.
-pub struct Listing<F> {
+pub struct Listing<F, P = i64> {
     /// The conditions the rows must meet.
     pub filter: F,
     /// Rows on the page, within `[1, most]`.
     pub limit: u32,
     /// Where the page starts; none for the newest rows.
-    pub cursor: Option<Cursor>,
+    pub cursor: Option<Cursor<P>>,
 }
 
-impl<F> Listing<F> {
+impl<F, P: Position> Listing<F, P> {
     /// Reads `query`, with `page` rows unless `limit` says otherwise and
     /// `most` at most; 400 for a malformed value or an unknown field.
     pub fn read(
-        query: Result<Query<ListQuery<F>>, QueryRejection>,
+        query: Result<Query<ListQuery<F, P>>, QueryRejection>,
         page: u32,
         most: u32,
     ) -> Result<Self, ApiError> {

@@ -13,7 +13,7 @@ use super::error::ConsoleError;
 use super::session::Session;
 use super::templates::{render, serde};
 use crate::http::{AppState, UnknownFields};
-use crate::operations::page::{self, Cursor};
+use crate::operations::page::{self, Cursor, Received};
 use crate::operations::{EventFilter, audit, destinations, display, jobs, overview, query, side_effects};
 use crate::reconcile;
 
@@ -145,7 +145,7 @@ pub async fn events(
 ) -> Result<Html<String>, ConsoleError> {
     let (filters, cursor) = Filters::parse(query.as_deref().unwrap_or(""))?;
     let cursor = cursor
-        .map(|cursor| cursor.parse::<Cursor>())
+        .map(|cursor| cursor.parse::<Cursor<Received>>())
         .transpose()
         .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
     let page = page::page(&state.pool, &filters.filter, PAGE, cursor).await?;

@@ -126,8 +126,12 @@ impl TestApp {
 
     /// An app configured by `config`, on a fresh database.
     pub async fn spawn_with(config: TestConfig) -> TestApp {
+        Self::spawn_on(TestDatabase::create().await, config).await
+    }
+
+    /// An app configured by `config` on `db`, migrated or not.
+    pub async fn spawn_on(db: TestDatabase, config: TestConfig) -> TestApp {
         init_logs();
-        let db = TestDatabase::create().await;
         let mut state = state_for(&db, &config).await;
         let engine = match &config.destinations {
             Some(toml) => {
@@ -250,8 +254,19 @@ impl TestApp {
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(self.pool()).await.unwrap();
     }
 
-    /// Moves archive rows `id`s `days` into the past, as if archived then.
+    /// Moves archive rows `id`s `days` into the past, as if archived then
+    /// (making that day's partition for those that are not FAILED).
     pub async fn age_rows(&self, ids: &[i64], days: i32) {
+        let dated: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT FROM webhook_events WHERE id = ANY($1) AND processing_status <> 'FAILED')",
+        )
+        .bind(ids)
+        .fetch_one(self.pool())
+        .await
+        .unwrap();
+        if dated {
+            make_days_back(self.pool(), days).await;
+        }
         sqlx::query(
             "UPDATE webhook_events SET created_at = now() - make_interval(days => $2) WHERE id = ANY($1)",
         )
@@ -373,4 +388,19 @@ async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
 pub async fn status_of(router: &Router, path: &str, cookie: &str) -> StatusCode {
     let request = Request::get(path).header("cookie", cookie).body(Body::empty()).unwrap();
     router.clone().oneshot(request).await.unwrap().status()
+}
+
+/// Makes the day partitions (of the archive and of the attempts) of the
+/// day `days` ago, which a test's rows dated then need: only the days
+/// around today are made ahead.
+pub async fn make_days_back(pool: &PgPool, days: i32) {
+    let day: chrono::NaiveDate =
+        sqlx::query_scalar("SELECT ((now() - make_interval(days => $1)) AT TIME ZONE 'UTC')::date")
+            .bind(days)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    for table in webhook_inbox::db::partitions::ALL {
+        table.create(pool, day, day).await.unwrap();
+    }
 }

@@ -22,7 +22,7 @@ pub mod socket;
 #[path = "../../faults/support/watch.rs"]
 pub mod watch;
 
-pub use app::{PRICE_CREDITS, TestApp, TestConfig};
+pub use app::{PRICE_CREDITS, TestApp, TestConfig, make_days_back};
 pub use cli::{binary, cli};
 pub use database::TestDatabase;
 pub use signing::*;
