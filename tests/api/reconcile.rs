@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 use webhook_inbox::client;
 use webhook_inbox::reconcile::{ApiConfig, periodic};
@@ -17,7 +16,7 @@ use webhook_inbox::reconcile::{ApiConfig, periodic};
 use crate::support::console::{ADMIN_TOKEN, Operator};
 use crate::support::events::*;
 use crate::support::provider_api::{API_KEY, FakeApi, Fault};
-use crate::support::watch::until;
+use crate::support::watch::{Gate, install_gate, until, waiting_at_gate};
 use crate::support::*;
 
 /// A Paddle event as its API lists it: the webhook's body without the
@@ -188,37 +187,74 @@ async fn a_refused_or_missing_key_fails_naming_the_setting_and_writes_no_event()
         && error.as_deref().is_some_and(|e| e.contains("_API_KEY"))));
 }
 
+/// The advisory lock key of the gate the concurrency tests hold every
+/// dedup insert at (`support::watch::install_gate`).
+pub(crate) const DEDUP_GATE: i64 = 1414;
+
+/// Rounds of a concurrency test: each side reaches the gate first in half
+/// of them.
+pub(crate) const ROUNDS: usize = 20;
+
+/// Waits until `n` deliveries wait at the dedup gate, inside their
+/// transactions.
+pub(crate) async fn at_dedup_gate(pool: &sqlx::PgPool, n: i64) {
+    until(&format!("{n} deliveries at the dedup gate"), async || {
+        waiting_at_gate(pool, DEDUP_GATE).await == n
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_and_a_reconciliation_of_the_same_event_at_once_apply_it_once() {
-    let app = TestApp::spawn().await;
+    let app = Arc::new(TestApp::spawn().await);
     let api = FakeApi::paddle(vec![]).await;
-    let app = Arc::new(app);
+    // Every dedup insert waits while the test holds the gate: each round
+    // the webhook and the run are both inside `inbox::deliver` at once (the
+    // run's dedup lookup found nothing, the webhook had not committed), and
+    // the unique constraint lets one of them through.
+    install_gate(app.pool(), "processed_webhook_events", DEDUP_GATE).await;
     let mut winners = [0, 0];
-    for round in 1..=15 {
+    for round in 1..=ROUNDS {
         let (event_id, txn) = (format!("evt_r{round:02}"), format!("txn_r{round:02}"));
         let period = format!("2025-01-{round:02}T00:00:00Z");
         let mut webhook = transaction_completed(&event_id, &txn, "subscription_recurring", &period);
         webhook["data"]["custom_data"] = json!({ "user_id": "user_42" });
         api.push([renewal(&event_id, &txn, &period)]);
-        let barrier = Arc::new(Barrier::new(2));
+        let gate = Gate::close(app.pool(), DEDUP_GATE).await;
+        // Which one waits first alternates, so that each gets to be let through first.
+        let webhook_first = round % 2 == 0;
+        let (go, go_ahead) = tokio::sync::oneshot::channel();
         let delivered = tokio::spawn({
-            let (app, barrier, webhook) = (app.clone(), barrier.clone(), webhook.clone());
+            let app = app.clone();
             async move {
-                barrier.wait().await;
+                go_ahead.await.unwrap();
                 app.send(&paddle(&webhook)).await
             }
         });
         // The command line's future is not Send: it runs on this task, the
         // webhook on another worker thread.
-        let run = async {
-            barrier.wait().await;
-            summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await)
-        }
-        .await;
+        let (run, ()) = tokio::join!(
+            async {
+                if webhook_first {
+                    at_dedup_gate(app.pool(), 1).await;
+                }
+                summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await)
+            },
+            async {
+                if !webhook_first {
+                    at_dedup_gate(app.pool(), 1).await;
+                }
+                go.send(()).unwrap();
+                at_dedup_gate(app.pool(), 2).await;
+                gate.open().await;
+            }
+        );
         let answer = delivered.await.unwrap();
         assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
         let webhook_won = answer.body["status"] == "processed";
-        assert_eq!(run["recovered"], if webhook_won { 0 } else { 1 }, "round {round}: {run}");
+        assert_eq!(run["recovered"], u64::from(!webhook_won), "round {round}: {run}");
+        let earlier_rounds = round as u64 - 1;
+        assert_eq!(run["already_recorded"], earlier_rounds + u64::from(webhook_won), "round {round}: {run}");
         winners[usize::from(webhook_won)] += 1;
         let grants: i64 = sqlx::query_scalar("SELECT count(*) FROM credit_grants WHERE cause = $1")
             .bind(format!("transaction:{txn}"))
@@ -227,9 +263,10 @@ async fn a_webhook_and_a_reconciliation_of_the_same_event_at_once_apply_it_once(
             .unwrap();
         assert_eq!(grants, 1, "round {round}");
     }
-    assert_eq!(balance(&app).await, 15 * 500);
-    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 15);
+    assert_eq!(balance(&app).await, ROUNDS as i64 * 500);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, ROUNDS as i64);
     eprintln!("reconciliation first {} times, the webhook first {} times", winners[0], winners[1]);
+    assert!(winners.iter().all(|&won| won > 0), "each side won some rounds: {winners:?}");
 }
 
 #[tokio::test]
