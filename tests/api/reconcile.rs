@@ -108,6 +108,9 @@ async fn paddle_events_the_inbox_missed_are_recovered_once_through_a_429_a_500_a
     assert!(requests.iter().all(|r| r.authorized));
     assert_eq!(requests[1].query, requests[2].query, "the 429 is retried as it was");
     assert_eq!(requests[2].query, requests[3].query, "the 500 is retried as it was");
+    // Retry-After (1 s) is longer than the first backoff (0.5 s): it was waited out.
+    assert!(api.wait_after(2) >= Duration::from_secs(1), "{:?} after the 429", api.wait_after(2));
+    assert!(api.wait_after(3) >= Duration::from_millis(500), "{:?} after the 500", api.wait_after(3));
     assert_eq!(requests[0].query.get("order_by").map(String::as_str), Some("id[ASC]"));
     assert_eq!(requests[0].query.get("per_page").map(String::as_str), Some("200"));
     let rows = archive(&app).await;
@@ -296,7 +299,8 @@ async fn a_second_run_of_the_same_provider_is_refused_while_the_first_reads() {
 }
 
 #[tokio::test]
-async fn stripe_events_are_read_newest_first_and_the_next_run_starts_where_the_last_began() {
+async fn stripe_events_are_recovered_once_newest_first_through_faults_and_the_next_run_starts_where_the_last_began()
+ {
     let app = TestApp::spawn().await;
     let event = |id: &str, created: i64| {
         let mut event = stripe_event(id, "invoice.paid");
@@ -311,16 +315,25 @@ async fn stripe_events_are_read_newest_first_and_the_next_run_starts_where_the_l
         event("evt_old", 1_600_000_000),
     ])
     .await;
-    api.page_cap(2).fault(2, Fault::RateLimited(1));
+    // Two a page, each page starting at the previous one's last event; the
+    // second request is rate limited, its retry fails once.
+    api.page_cap(2).repeat_across_pages().fault(2, Fault::RateLimited(1)).fault(3, Fault::ServerError);
 
     let first_began = chrono::Utc::now().timestamp();
     let first = summary(reconcile(&app, "stripe", &api, &["--since", "2023-11-01T00:00:00Z"]).await);
     let first_ended = chrono::Utc::now().timestamp();
 
-    assert_eq!(counts(&first), [2, 3, 0, 1, 2, 0], "{first}");
+    // Pages [s3 s2] [s2 s1]: 3 events, s2 listed twice and delivered before.
+    assert_eq!(counts(&first), [2, 3, 1, 1, 2, 0], "{first}");
     let requests = api.received();
+    assert_eq!(requests.len(), 4, "1 page, 429, 500, the same page again");
+    assert!(requests.iter().all(|r| r.authorized));
     assert_eq!(requests[0].query.get("created[gte]").map(String::as_str), Some("1698796800"));
-    assert_eq!(requests[2].query.get("starting_after").map(String::as_str), Some("evt_s2"));
+    assert_eq!(requests[1].query.get("starting_after").map(String::as_str), Some("evt_s2"));
+    assert_eq!(requests[1].query, requests[2].query, "the 429 is retried as it was");
+    assert_eq!(requests[2].query, requests[3].query, "the 500 is retried as it was");
+    // Retry-After (1 s) is longer than the first backoff (0.5 s): it was waited out.
+    assert!(api.wait_after(2) >= Duration::from_secs(1), "{:?} after the 429", api.wait_after(2));
     let rows = archive(&app).await;
     assert_eq!(rows.len(), 3);
     assert_eq!(
@@ -329,7 +342,7 @@ async fn stripe_events_are_read_newest_first_and_the_next_run_starts_where_the_l
     );
     assert_eq!(
         rows[2],
-        ("evt_s1".into(), "api".into(), "PROCESSED".into(), None, Some("req_stripe_3".into()))
+        ("evt_s1".into(), "api".into(), "PROCESSED".into(), None, Some("req_stripe_4".into()))
     );
 
     // The next run reads from when the first one started, less 10 minutes:

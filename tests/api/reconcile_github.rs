@@ -7,6 +7,7 @@
 //! a dry run asks for nothing, a bad token names its setting.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use chrono::{TimeDelta, Utc};
@@ -119,6 +120,8 @@ async fn missing_deliveries_are_redelivered_once_each_through_a_429_and_500s_and
     assert!(requests.iter().all(|r| r.authorized));
     assert_eq!(requests[0].query.get("per_page").map(String::as_str), Some("100"));
     assert!(requests[1..4].iter().all(|r| r.path == "/repos/octo/inbox/hooks/42/deliveries/6/attempts"));
+    // Retry-After (1 s) is longer than the first backoff (0.5 s): it was waited out.
+    assert!(api.wait_after(2) >= Duration::from_secs(1), "{:?} after the 429", api.wait_after(2));
     assert_eq!(requests[5].query, requests[6].query, "the 500 is retried as it was");
     assert_eq!(requests[6].query.get("cursor").map(String::as_str), Some("v1_5"), "the Link's next page");
     let recorded = |guid: &str, n| (guid.to_string(), "webhook".to_string(), "PROCESSED".to_string(), n);
