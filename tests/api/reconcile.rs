@@ -157,7 +157,7 @@ async fn a_dry_run_counts_the_missing_events_and_writes_nothing() {
 }
 
 #[tokio::test]
-async fn a_refused_or_missing_key_fails_naming_the_setting_and_writes_no_event() {
+async fn a_key_refused_401_or_403_or_missing_fails_naming_the_setting_and_writes_no_event() {
     let app = TestApp::spawn().await;
     let paddle_api = FakeApi::paddle(vec![renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
     let stripe_api = FakeApi::stripe(vec![stripe_event("evt_s1", "invoice.paid")]).await;
@@ -175,8 +175,14 @@ async fn a_refused_or_missing_key_fails_naming_the_setting_and_writes_no_event()
         );
         let unset = reconcile(&app, provider, api, &[key_flag, ""]).await;
         assert!(unset.error.unwrap().contains(&format!("{setting} is not set")));
+        // The right key, not allowed to read events.
+        api.fault(2, Fault::Forbidden);
+        let forbidden = reconcile(&app, provider, api, &[]).await;
+        let error = forbidden.error.expect("a forbidden key fails");
+        assert!(error.contains(setting) && error.contains("403"), "{error}");
+        assert!(!error.contains(API_KEY) && !forbidden.stdout.contains(API_KEY), "{error}");
         // Not retried: a refused key does not get better.
-        assert_eq!(api.received().len(), 1);
+        assert_eq!(api.received().len(), 2);
     }
     assert_eq!(app.rows_everywhere().await, 0);
     let runs: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
@@ -187,7 +193,7 @@ async fn a_refused_or_missing_key_fails_naming_the_setting_and_writes_no_event()
     .unwrap();
     assert_eq!(runs.len(), 2, "the failed runs are recorded for the admin API: {runs:?}");
     assert!(runs.iter().all(|(_, result, error)| result.as_deref() == Some("failed")
-        && error.as_deref().is_some_and(|e| e.contains("_API_KEY"))));
+        && error.as_deref().is_some_and(|e| e.contains("403") && e.contains("_API_KEY"))));
 }
 
 /// The advisory lock key of the gate the concurrency tests hold every

@@ -6,7 +6,7 @@
 //! `meta.pagination.next`, oldest first; Stripe `created[gte]` +
 //! `starting_after`, newest first; GitHub newest first, `per_page` and a
 //! `cursor` in the `Link` header's `rel="next"`), request ids; plus faults
-//! a test scripts by request number (429 with `Retry-After`, 500), pages
+//! a test scripts by request number (429 with `Retry-After`, 500, 403), pages
 //! that list an event again, a gate that holds requests until opened, and
 //! when each request was answered (to measure the client's waits).
 //!
@@ -37,6 +37,10 @@ pub enum Fault {
     RateLimited(u64),
     /// 500 Internal Server Error.
     ServerError,
+    /// 403 Forbidden without `Retry-After`: the key is valid but not
+    /// allowed to read (a Paddle key without the events permission, a
+    /// Stripe restricted key without read access to events).
+    Forbidden,
 }
 
 /// A request the fake received.
@@ -286,6 +290,12 @@ fn fault_response(fault: Fault) -> Response {
         )
             .into_response(),
         Fault::ServerError => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Fault::Forbidden => (
+            StatusCode::FORBIDDEN,
+            axum::Json(json!({ "error": { "type": "request_error", "code": "forbidden",
+                                          "detail": "You aren't permitted to perform this request." } })),
+        )
+            .into_response(),
     }
 }
 
