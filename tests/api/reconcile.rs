@@ -142,6 +142,60 @@ async fn paddle_events_the_inbox_missed_are_recovered_once_through_a_429_a_500_a
 }
 
 #[tokio::test]
+async fn an_event_whose_effect_fails_is_archived_failed_from_the_api_and_a_later_run_recovers_it_once() {
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(vec![
+        customer_created("evt_01", "2024-05-02T00:00:00Z"),
+        renewal("evt_02", "txn_02", SECOND_PERIOD),
+    ])
+    .await;
+    app.refuse_inserts_into("credit_grants").await;
+
+    let failing = reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await;
+
+    let error = failing.error.expect("the command fails when an event failed");
+    assert!(error.contains("1 event(s) failed"), "{error}");
+    let first: Value = serde_json::from_str(failing.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(counts(&first), [1, 2, 0, 0, 1, 1], "evt_01 recovered, evt_02 failed: {first}");
+    let failure = &first["failures"][0];
+    assert_eq!(failure["event_id"], "evt_02", "{first}");
+    assert!(failure["error"].as_str().unwrap().contains("credit_grants closed for maintenance"), "{first}");
+    let rows = archive(&app).await;
+    let failed_row = ("evt_02".into(), "api".into(), "FAILED".into(), None, Some("req_paddle_1".into()));
+    assert_eq!(rows[1], failed_row, "{rows:?}");
+    let failed_id = app.archive_ids().await[1];
+    assert_eq!(failure["archive_id"], failed_id);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events WHERE event_id = 'evt_02'").await, 0);
+    assert_eq!(app.count("SELECT recovered_total FROM reconciliation_state").await, 1, "evt_01 only");
+    assert_eq!(balance(&app).await, 0);
+
+    // Fixed: a later run over the same stretch recovers it, once.
+    app.allow_inserts_into("credit_grants").await;
+    let later = summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await);
+    assert_eq!(counts(&later), [1, 2, 0, 1, 1, 0], "{later}");
+    let again = summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await);
+    assert_eq!(counts(&again), [1, 2, 0, 2, 0, 0], "{again}");
+    assert_eq!(balance(&app).await, 500);
+    assert_eq!(app.count("SELECT recovered_total FROM reconciliation_state").await, 2);
+
+    // Reprocessing the FAILED row now applies nothing: a `reprocess` row, SKIPPED.
+    let reprocess =
+        ["events", "reprocess", "--json", &failed_id.to_string(), "--paddle-price-credits", PRICE_CREDITS];
+    assert_eq!(cli(&app.db, &reprocess).await.json_lines()[0]["status"], "SKIPPED");
+    let rows = archive(&app).await;
+    assert_eq!(
+        rows[2..]
+            .iter()
+            .map(|(id, source, status, ..)| (id.as_str(), source.as_str(), status.as_str()))
+            .collect::<Vec<_>>(),
+        [("evt_02", "api", "PROCESSED"), ("evt_02", "reprocess", "SKIPPED")],
+        "{rows:?}"
+    );
+    assert_eq!(rows[2].4.as_deref(), Some("req_paddle_2"), "the later run's request id");
+    assert_eq!(balance(&app).await, 500);
+}
+
+#[tokio::test]
 async fn a_dry_run_counts_the_missing_events_and_writes_nothing() {
     let app = TestApp::spawn().await;
     let created = subscription("evt_01", "created", "active", FIRST_PERIOD);
