@@ -3,7 +3,8 @@
 //! transaction, the next run starts from the mark the killed one stored
 //! after its last complete page, and applies nothing twice; its logs show
 //! a progress line per page, and never the API key, through retries and a
-//! refused key.
+//! refused key. And `serve` with `RECONCILE_INTERVAL_SECS` recovering a
+//! missed event by itself, and without it reading nothing.
 
 use std::process::{Command, Stdio};
 
@@ -195,4 +196,55 @@ async fn the_binary_logs_a_progress_line_per_page_and_never_the_api_key_through_
         assert!(stderr.contains(&format!("check {setting}")), "{stderr}");
         assert!(!stderr.contains(&wrong) && !stdout.contains(&wrong), "{provider}'s key logged: {stderr}");
     }
+}
+
+/// Archive rows written by reconciliation, in `pool`'s database.
+async fn api_rows(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM webhook_events WHERE source = 'api'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_reconcile_interval_secs_recovers_a_missed_event_by_itself_and_without_it_reads_nothing() {
+    // Recent: a first run reads the last 7 days.
+    let mut missed = renewal(1);
+    missed["occurred_at"] = chrono::Utc::now().to_rfc3339().into();
+    // The keys alone turn nothing on.
+    let quiet_db = TestDatabase::create().await;
+    let quiet_api = FakeApi::paddle(vec![missed.clone()]).await;
+    let quiet_url = quiet_api.url();
+    let keys_only = [("PADDLE_API_KEY", API_KEY), ("PADDLE_API_URL", quiet_url.as_str())];
+    let quiet = Service::start(&database_url(&quiet_db.connect_options()), &keys_only).await;
+    let db = TestDatabase::create().await;
+    let api = FakeApi::paddle(vec![missed]).await;
+    let api_url = api.url();
+    let env = [("PADDLE_API_KEY", API_KEY), ("PADDLE_API_URL", &api_url), ("RECONCILE_INTERVAL_SECS", "1")];
+    let service = Service::start(&database_url(&db.connect_options()), &env).await;
+
+    // The first turn at startup recovers it; the next, a second later, finds it recorded.
+    let turns = || logged(&service.logs().join("\n"), "reconciled");
+    until("two turns", async || turns().len() >= 2).await;
+    let counts: Vec<[u64; 2]> = turns()[..2]
+        .iter()
+        .map(|turn| ["recovered", "already_recorded"].map(|count| turn[count].as_u64().unwrap()))
+        .collect();
+    assert_eq!(counts, [[1, 0], [0, 1]], "recovered, already recorded");
+    assert_eq!(api_rows(db.pool()).await, 1);
+    let grants: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM credit_grants").fetch_one(db.pool()).await.unwrap();
+    assert_eq!(grants, 1, "applied once");
+
+    // Started first, the other service has run as long: it read nothing.
+    assert!(quiet_api.received().is_empty(), "{:?}", quiet_api.received());
+    assert_eq!(api_rows(quiet_db.pool()).await, 0);
+    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM reconciliation_state")
+        .fetch_one(quiet_db.pool())
+        .await
+        .unwrap();
+    assert_eq!(runs, 0, "no run recorded");
+    assert!(!quiet.logs().iter().any(|line| line.contains("reconciling periodically")));
+    let logs = [quiet.logs(), service.logs()].concat();
+    assert!(!logs.iter().any(|line| line.contains(API_KEY)), "the key logged");
 }
