@@ -479,6 +479,63 @@ async fn the_admin_api_the_console_and_the_metrics_show_each_providers_last_run(
     assert!(last_delivery.trim_end().ends_with("never"), "{last_delivery}");
 }
 
+/// A time of the admin API's answer.
+fn time(value: &Value) -> chrono::DateTime<chrono::Utc> {
+    serde_json::from_value(value.clone()).unwrap_or_else(|_| panic!("a time: {value}"))
+}
+
+/// The value of `metric{provider="paddle"}` in `metrics`, if it is there.
+fn paddle_gauge(metrics: &str, metric: &str) -> Option<f64> {
+    let prefix = format!(r#"{metric}{{provider="paddle"}} "#);
+    metrics.lines().find_map(|line| line.strip_prefix(&prefix)).map(|value| value.parse().unwrap())
+}
+
+#[tokio::test]
+async fn while_a_run_reads_the_gauges_keep_the_last_finished_one_and_the_admin_api_shows_it_running() {
+    let app = TestApp::spawn_with(TestConfig { admin_token: Some(ADMIN), ..TestConfig::default() }).await;
+    let api = FakeApi::paddle(vec![renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
+    reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await.ok();
+    let last_run =
+        async || app.get("/admin/reconciliation", Some(ADMIN)).await.body["reconciliation"][0].clone();
+    let first = last_run().await;
+    let first_end = time(&first["finished_at"]);
+    api.close();
+    let arrived = api.arrived.notified();
+    tokio::pin!(arrived);
+    arrived.as_mut().enable();
+
+    let second = reconcile(&app, "paddle", &api, &["--since", LONG_AGO]);
+    let meanwhile = async {
+        // The second run waits on its first page. This process's first
+        // scrape: the gauges come from the row alone.
+        arrived.await;
+        let metrics = app.metrics().await;
+        let last_run_at = paddle_gauge(&metrics, "webhook_reconcile_last_run_timestamp_seconds");
+        assert_eq!(last_run_at, Some(first_end.timestamp() as f64), "{metrics}");
+        assert_eq!(paddle_gauge(&metrics, "webhook_reconcile_last_run_success"), Some(1.0), "{metrics}");
+        let running = last_run().await;
+        assert!(time(&running["started_at"]) > first_end, "{running}");
+        assert_eq!([&running["finished_at"], &running["result"], &running["summary"]], [&Value::Null; 3]);
+        let page = Operator::sign_in(&app).await.get(&app, "/console").await.body;
+        let paddle_row = row(&page, "reconciliation-paddle");
+        assert!(paddle_row.contains("running, or stopped before its end"), "{paddle_row}");
+        api.open();
+    };
+    let (second, ()) = tokio::join!(second, meanwhile);
+    assert_eq!(summary(second)["already_recorded"], 1);
+
+    let ended = last_run().await;
+    assert_eq!(
+        (&ended["result"], &ended["summary"]["already_recorded"]),
+        (&json!("ok"), &json!(1)),
+        "{ended}"
+    );
+    assert!(time(&ended["finished_at"]) >= time(&ended["started_at"]), "{ended}");
+    let metrics = app.metrics().await;
+    let last_run_at = paddle_gauge(&metrics, "webhook_reconcile_last_run_timestamp_seconds").unwrap();
+    assert!(last_run_at >= first_end.timestamp() as f64, "{metrics}");
+}
+
 /// The count of `outcome` runs of paddle this app's process made.
 async fn runs(state: &webhook_inbox::http::AppState, outcome: &str) -> u64 {
     let line = format!(r#"webhook_reconcile_runs_total{{provider="paddle",outcome="{outcome}"}} "#);
