@@ -425,6 +425,41 @@ async fn a_provider_without_an_event_api_gets_the_time_since_its_last_verified_d
     assert_eq!(app.rows_everywhere().await, 4, "archive, dedup, the user and its welcome email; no more");
 }
 
+#[tokio::test]
+async fn a_name_that_is_no_provider_fails_listing_the_valid_ones_and_a_standard_webhooks_sender_gets_its_gap()
+{
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(vec![]).await;
+    let senders = format!("{STANDARD_SENDER}={}", STANDARD_SECRETS[0]);
+    let configured = ["--standard-webhooks", senders.as_str()];
+
+    let typo = reconcile(&app, "paddel", &api, &configured).await;
+    let error = typo.error.expect("a name that is no provider fails");
+    assert!(
+        error.starts_with("paddel is not a provider: reconcile one of paddle, clerk, stripe, github, acme "),
+        "{error}"
+    );
+    assert!(!error.contains(STANDARD_SECRETS[0]), "{error}");
+    assert_eq!(typo.stdout, "", "no gap report");
+    // A sender is known by STANDARD_WEBHOOKS, as `serve` knows it.
+    let unconfigured =
+        reconcile(&app, STANDARD_SENDER, &api, &[]).await.error.expect("not configured: no provider");
+    assert!(unconfigured.contains("reconcile one of paddle, clerk, stripe, github ("), "{unconfigured}");
+    assert_eq!(app.rows_everywhere().await + app.count("SELECT count(*) FROM reconciliation_state").await, 0);
+
+    let none = summary(reconcile(&app, STANDARD_SENDER, &api, &configured).await);
+    assert_eq!(
+        (&none["provider"], &none["last_verified_delivery_at"]),
+        (&json!("acme"), &Value::Null),
+        "{none}"
+    );
+    let delivered = app.send(&standard(STANDARD_SENDER, "msg_1", &standard_event("invoice.paid"))).await;
+    assert_eq!(delivered.status, StatusCode::OK, "{:?}", delivered.body);
+    let gap = summary(reconcile(&app, STANDARD_SENDER, &api, &configured).await);
+    assert!(gap["gap_secs"].as_i64().is_some_and(|secs| (0..60).contains(&secs)), "{gap}");
+    assert!(api.received().is_empty(), "no API is read for a gap");
+}
+
 /// The admin API's (and the console's) token in these tests.
 const ADMIN: &str = ADMIN_TOKEN;
 
