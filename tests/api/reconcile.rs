@@ -1,8 +1,12 @@
 //! Reconciliation against fake Paddle and Stripe event APIs on loopback
 //! (`support::provider_api`): missing events recovered exactly once through
-//! the inbox, delivered ones left alone, a concurrent webhook of the same
-//! event giving one effect, one run per provider at a time, dry runs and
-//! bad keys writing nothing.
+//! the inbox (429s waited out for their Retry-After, 500s retried, events
+//! listed twice read once), delivered ones left alone, a failed effect
+//! archived FAILED and recovered by a later run, a webhook of the same
+//! event inside the inbox at the same moment giving one effect, one run
+//! per provider at a time, dry runs and refused keys (401, 403) writing
+//! nothing, the last finished run kept on the gauges while a run reads,
+//! and a name that is no provider refused.
 
 use std::sync::Arc;
 use std::time::Duration;
