@@ -12,6 +12,7 @@ use crate::config::EffectsConfig;
 use crate::destinations::Declaration;
 use crate::operations::Since;
 use crate::operations::display::visible;
+use crate::providers::{self, StandardSenders};
 use crate::reconcile::{self, ApiConfig, Gap, LogError, Options, Summary};
 
 /// What to reconcile, from when.
@@ -40,12 +41,22 @@ pub struct ReconcileArgs {
     /// The effects' configuration: recovered events get the same effects as in `serve`.
     #[command(flatten)]
     pub effects: EffectsConfig,
+
+    /// The Standard Webhooks senders, as `serve` reads them: only their names are used, to know a sender (which gets its gap) from a name that is no provider.
+    #[arg(
+        long,
+        env = "STANDARD_WEBHOOKS",
+        hide_env_values = true,
+        value_name = "NAME=SECRET,...",
+        help_heading = "Providers"
+    )]
+    pub standard_webhooks: Option<StandardSenders>,
 }
 
 /// The provider argument's help, naming [`reconcile::PROVIDERS`].
 fn provider_help() -> String {
     format!(
-        "The provider: {} (read from their APIs); any other prints the time since its last verified delivery.",
+        "The provider: {} (read from their APIs); clerk or a Standard Webhooks sender (STANDARD_WEBHOOKS) prints the time since its last verified delivery.",
         reconcile::PROVIDERS.join(", ")
     )
 }
@@ -60,7 +71,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let log = match args.api.log(&args.provider, client::build()) {
         Ok(log) => log,
-        Err(LogError::NoLog(_)) => return gap(pool, &args, out).await,
+        Err(LogError::NoLog(_)) => {
+            known_provider(&args)?;
+            return gap(pool, &args, out).await;
+        }
         Err(error) => return Err(error.into()),
     };
     let effects = super::effects(&args.effects, declaration);
@@ -103,6 +117,25 @@ fn text(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
     for failure in &s.failures {
         let archived = failure.archive_id.map(|id| format!(" -> #{id}")).unwrap_or_default();
         writeln!(out, "FAILED {}{archived}: {}", visible(&failure.event_id), visible(&failure.error))?;
+    }
+    Ok(())
+}
+
+/// Refuses a name that is no provider, naming those that are (the built-in
+/// ones and the configured Standard Webhooks senders): a typo would
+/// otherwise get a gap report, "no verified delivery", as if a provider
+/// had been silent.
+fn known_provider(args: &ReconcileArgs) -> anyhow::Result<()> {
+    let senders =
+        args.standard_webhooks.as_ref().map(StandardSenders::by_name).transpose()?.unwrap_or_default();
+    let built_in = providers::BUILT_IN.iter().map(|spec| spec.name);
+    let names: Vec<&str> = built_in.chain(senders.iter().map(|(name, _)| *name)).collect();
+    if !names.contains(&args.provider.as_str()) {
+        bail!(
+            "{} is not a provider: reconcile one of {} (a Standard Webhooks sender is named in STANDARD_WEBHOOKS)",
+            visible(&args.provider),
+            names.join(", ")
+        );
     }
     Ok(())
 }

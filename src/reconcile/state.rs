@@ -113,12 +113,14 @@ pub async fn add_recovered(conn: &mut PgConnection, provider: &str, recovered: u
         .map(drop)
 }
 
-/// Records that a run of `provider` started now.
+/// Records that a run of `provider` started now. The last finished run's
+/// end, result and summary stay until this one finishes: the gauges go on
+/// showing when the provider was last reconciled, and how it went, while a
+/// run reads, and after one was killed.
 pub async fn started(conn: &mut PgConnection, provider: &str) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO reconciliation_state (provider, last_started_at) VALUES ($1, now())
-         ON CONFLICT (provider) DO UPDATE SET last_started_at = now(), last_finished_at = NULL,
-                                              last_result = NULL, last_error = NULL, last_summary = NULL",
+         ON CONFLICT (provider) DO UPDATE SET last_started_at = now()",
     )
     .bind(provider)
     .execute(conn)
@@ -150,7 +152,9 @@ pub async fn finished(
     .map(drop)
 }
 
-/// What the last run of a provider did, as the admin API shows it.
+/// What the last run of a provider did, as the admin API shows it: the run
+/// that started last, which may not have ended (the row still holds the
+/// run before it, for the gauges, but it is not this run's).
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct LastRun {
     /// The provider.
@@ -171,12 +175,18 @@ pub struct LastRun {
     pub mark_at: Option<DateTime<Utc>>,
 }
 
-/// The last run of every provider reconciled, by name.
+/// The last run of every provider reconciled, by name: the end, result
+/// and summary only of a run that ended after it started.
 pub async fn last_runs<'e>(executor: impl PgExecutor<'e>) -> sqlx::Result<Vec<LastRun>> {
     sqlx::query_as(
-        "SELECT provider, last_started_at AS started_at, last_finished_at AS finished_at,
-                last_result AS result, last_error AS error, last_summary AS summary, cursor, mark_at
-         FROM reconciliation_state ORDER BY provider",
+        "SELECT provider, last_started_at AS started_at, ended.*, cursor, mark_at
+         FROM reconciliation_state
+         LEFT JOIN LATERAL (
+             SELECT last_finished_at AS finished_at, last_result AS result, last_error AS error,
+                    last_summary AS summary
+             WHERE last_finished_at >= last_started_at
+         ) ended ON true
+         ORDER BY provider",
     )
     .fetch_all(executor)
     .await

@@ -1,15 +1,18 @@
 //! Reconciliation against fake Paddle and Stripe event APIs on loopback
 //! (`support::provider_api`): missing events recovered exactly once through
-//! the inbox, delivered ones left alone, a concurrent webhook of the same
-//! event giving one effect, one run per provider at a time, dry runs and
-//! bad keys writing nothing.
+//! the inbox (429s waited out for their Retry-After, 500s retried, events
+//! listed twice read once), delivered ones left alone, a failed effect
+//! archived FAILED and recovered by a later run, a webhook of the same
+//! event inside the inbox at the same moment giving one effect, one run
+//! per provider at a time, dry runs and refused keys (401, 403) writing
+//! nothing, the last finished run kept on the gauges while a run reads,
+//! and a name that is no provider refused.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 use webhook_inbox::client;
 use webhook_inbox::reconcile::{ApiConfig, periodic};
@@ -17,7 +20,7 @@ use webhook_inbox::reconcile::{ApiConfig, periodic};
 use crate::support::console::{ADMIN_TOKEN, Operator};
 use crate::support::events::*;
 use crate::support::provider_api::{API_KEY, FakeApi, Fault};
-use crate::support::watch::until;
+use crate::support::watch::{Gate, install_gate, until, waiting_at_gate};
 use crate::support::*;
 
 /// A Paddle event as its API lists it: the webhook's body without the
@@ -109,6 +112,9 @@ async fn paddle_events_the_inbox_missed_are_recovered_once_through_a_429_a_500_a
     assert!(requests.iter().all(|r| r.authorized));
     assert_eq!(requests[1].query, requests[2].query, "the 429 is retried as it was");
     assert_eq!(requests[2].query, requests[3].query, "the 500 is retried as it was");
+    // Retry-After (1 s) is longer than the first backoff (0.5 s): it was waited out.
+    assert!(api.wait_after(2) >= Duration::from_secs(1), "{:?} after the 429", api.wait_after(2));
+    assert!(api.wait_after(3) >= Duration::from_millis(500), "{:?} after the 500", api.wait_after(3));
     assert_eq!(requests[0].query.get("order_by").map(String::as_str), Some("id[ASC]"));
     assert_eq!(requests[0].query.get("per_page").map(String::as_str), Some("200"));
     let rows = archive(&app).await;
@@ -140,6 +146,60 @@ async fn paddle_events_the_inbox_missed_are_recovered_once_through_a_429_a_500_a
 }
 
 #[tokio::test]
+async fn an_event_whose_effect_fails_is_archived_failed_from_the_api_and_a_later_run_recovers_it_once() {
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(vec![
+        customer_created("evt_01", "2024-05-02T00:00:00Z"),
+        renewal("evt_02", "txn_02", SECOND_PERIOD),
+    ])
+    .await;
+    app.refuse_inserts_into("credit_grants").await;
+
+    let failing = reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await;
+
+    let error = failing.error.expect("the command fails when an event failed");
+    assert!(error.contains("1 event(s) failed"), "{error}");
+    let first: Value = serde_json::from_str(failing.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(counts(&first), [1, 2, 0, 0, 1, 1], "evt_01 recovered, evt_02 failed: {first}");
+    let failure = &first["failures"][0];
+    assert_eq!(failure["event_id"], "evt_02", "{first}");
+    assert!(failure["error"].as_str().unwrap().contains("credit_grants closed for maintenance"), "{first}");
+    let rows = archive(&app).await;
+    let failed_row = ("evt_02".into(), "api".into(), "FAILED".into(), None, Some("req_paddle_1".into()));
+    assert_eq!(rows[1], failed_row, "{rows:?}");
+    let failed_id = app.archive_ids().await[1];
+    assert_eq!(failure["archive_id"], failed_id);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events WHERE event_id = 'evt_02'").await, 0);
+    assert_eq!(app.count("SELECT recovered_total FROM reconciliation_state").await, 1, "evt_01 only");
+    assert_eq!(balance(&app).await, 0);
+
+    // Fixed: a later run over the same stretch recovers it, once.
+    app.allow_inserts_into("credit_grants").await;
+    let later = summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await);
+    assert_eq!(counts(&later), [1, 2, 0, 1, 1, 0], "{later}");
+    let again = summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await);
+    assert_eq!(counts(&again), [1, 2, 0, 2, 0, 0], "{again}");
+    assert_eq!(balance(&app).await, 500);
+    assert_eq!(app.count("SELECT recovered_total FROM reconciliation_state").await, 2);
+
+    // Reprocessing the FAILED row now applies nothing: a `reprocess` row, SKIPPED.
+    let reprocess =
+        ["events", "reprocess", "--json", &failed_id.to_string(), "--paddle-price-credits", PRICE_CREDITS];
+    assert_eq!(cli(&app.db, &reprocess).await.json_lines()[0]["status"], "SKIPPED");
+    let rows = archive(&app).await;
+    assert_eq!(
+        rows[2..]
+            .iter()
+            .map(|(id, source, status, ..)| (id.as_str(), source.as_str(), status.as_str()))
+            .collect::<Vec<_>>(),
+        [("evt_02", "api", "PROCESSED"), ("evt_02", "reprocess", "SKIPPED")],
+        "{rows:?}"
+    );
+    assert_eq!(rows[2].4.as_deref(), Some("req_paddle_2"), "the later run's request id");
+    assert_eq!(balance(&app).await, 500);
+}
+
+#[tokio::test]
 async fn a_dry_run_counts_the_missing_events_and_writes_nothing() {
     let app = TestApp::spawn().await;
     let created = subscription("evt_01", "created", "active", FIRST_PERIOD);
@@ -155,7 +215,7 @@ async fn a_dry_run_counts_the_missing_events_and_writes_nothing() {
 }
 
 #[tokio::test]
-async fn a_refused_or_missing_key_fails_naming_the_setting_and_writes_no_event() {
+async fn a_key_refused_401_or_403_or_missing_fails_naming_the_setting_and_writes_no_event() {
     let app = TestApp::spawn().await;
     let paddle_api = FakeApi::paddle(vec![renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
     let stripe_api = FakeApi::stripe(vec![stripe_event("evt_s1", "invoice.paid")]).await;
@@ -173,8 +233,14 @@ async fn a_refused_or_missing_key_fails_naming_the_setting_and_writes_no_event()
         );
         let unset = reconcile(&app, provider, api, &[key_flag, ""]).await;
         assert!(unset.error.unwrap().contains(&format!("{setting} is not set")));
+        // The right key, not allowed to read events.
+        api.fault(2, Fault::Forbidden);
+        let forbidden = reconcile(&app, provider, api, &[]).await;
+        let error = forbidden.error.expect("a forbidden key fails");
+        assert!(error.contains(setting) && error.contains("403"), "{error}");
+        assert!(!error.contains(API_KEY) && !forbidden.stdout.contains(API_KEY), "{error}");
         // Not retried: a refused key does not get better.
-        assert_eq!(api.received().len(), 1);
+        assert_eq!(api.received().len(), 2);
     }
     assert_eq!(app.rows_everywhere().await, 0);
     let runs: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
@@ -185,40 +251,77 @@ async fn a_refused_or_missing_key_fails_naming_the_setting_and_writes_no_event()
     .unwrap();
     assert_eq!(runs.len(), 2, "the failed runs are recorded for the admin API: {runs:?}");
     assert!(runs.iter().all(|(_, result, error)| result.as_deref() == Some("failed")
-        && error.as_deref().is_some_and(|e| e.contains("_API_KEY"))));
+        && error.as_deref().is_some_and(|e| e.contains("403") && e.contains("_API_KEY"))));
+}
+
+/// The advisory lock key of the gate the concurrency tests hold every
+/// dedup insert at (`support::watch::install_gate`).
+pub(crate) const DEDUP_GATE: i64 = 1414;
+
+/// Rounds of a concurrency test: each side reaches the gate first in half
+/// of them.
+pub(crate) const ROUNDS: usize = 20;
+
+/// Waits until `n` deliveries wait at the dedup gate, inside their
+/// transactions.
+pub(crate) async fn at_dedup_gate(pool: &sqlx::PgPool, n: i64) {
+    until(&format!("{n} deliveries at the dedup gate"), async || {
+        waiting_at_gate(pool, DEDUP_GATE).await == n
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_and_a_reconciliation_of_the_same_event_at_once_apply_it_once() {
-    let app = TestApp::spawn().await;
+    let app = Arc::new(TestApp::spawn().await);
     let api = FakeApi::paddle(vec![]).await;
-    let app = Arc::new(app);
+    // Every dedup insert waits while the test holds the gate: each round
+    // the webhook and the run are both inside `inbox::deliver` at once (the
+    // run's dedup lookup found nothing, the webhook had not committed), and
+    // the unique constraint lets one of them through.
+    install_gate(app.pool(), "processed_webhook_events", DEDUP_GATE).await;
     let mut winners = [0, 0];
-    for round in 1..=15 {
+    for round in 1..=ROUNDS {
         let (event_id, txn) = (format!("evt_r{round:02}"), format!("txn_r{round:02}"));
         let period = format!("2025-01-{round:02}T00:00:00Z");
         let mut webhook = transaction_completed(&event_id, &txn, "subscription_recurring", &period);
         webhook["data"]["custom_data"] = json!({ "user_id": "user_42" });
         api.push([renewal(&event_id, &txn, &period)]);
-        let barrier = Arc::new(Barrier::new(2));
+        let gate = Gate::close(app.pool(), DEDUP_GATE).await;
+        // Which one waits first alternates, so that each gets to be let through first.
+        let webhook_first = round % 2 == 0;
+        let (go, go_ahead) = tokio::sync::oneshot::channel();
         let delivered = tokio::spawn({
-            let (app, barrier, webhook) = (app.clone(), barrier.clone(), webhook.clone());
+            let app = app.clone();
             async move {
-                barrier.wait().await;
+                go_ahead.await.unwrap();
                 app.send(&paddle(&webhook)).await
             }
         });
         // The command line's future is not Send: it runs on this task, the
         // webhook on another worker thread.
-        let run = async {
-            barrier.wait().await;
-            summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await)
-        }
-        .await;
+        let (run, ()) = tokio::join!(
+            async {
+                if webhook_first {
+                    at_dedup_gate(app.pool(), 1).await;
+                }
+                summary(reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await)
+            },
+            async {
+                if !webhook_first {
+                    at_dedup_gate(app.pool(), 1).await;
+                }
+                go.send(()).unwrap();
+                at_dedup_gate(app.pool(), 2).await;
+                gate.open().await;
+            }
+        );
         let answer = delivered.await.unwrap();
         assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
         let webhook_won = answer.body["status"] == "processed";
-        assert_eq!(run["recovered"], if webhook_won { 0 } else { 1 }, "round {round}: {run}");
+        assert_eq!(run["recovered"], u64::from(!webhook_won), "round {round}: {run}");
+        let earlier_rounds = round as u64 - 1;
+        assert_eq!(run["already_recorded"], earlier_rounds + u64::from(webhook_won), "round {round}: {run}");
         winners[usize::from(webhook_won)] += 1;
         let grants: i64 = sqlx::query_scalar("SELECT count(*) FROM credit_grants WHERE cause = $1")
             .bind(format!("transaction:{txn}"))
@@ -227,9 +330,10 @@ async fn a_webhook_and_a_reconciliation_of_the_same_event_at_once_apply_it_once(
             .unwrap();
         assert_eq!(grants, 1, "round {round}");
     }
-    assert_eq!(balance(&app).await, 15 * 500);
-    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 15);
+    assert_eq!(balance(&app).await, ROUNDS as i64 * 500);
+    assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, ROUNDS as i64);
     eprintln!("reconciliation first {} times, the webhook first {} times", winners[0], winners[1]);
+    assert!(winners.iter().all(|&won| won > 0), "each side won some rounds: {winners:?}");
 }
 
 #[tokio::test]
@@ -259,7 +363,8 @@ async fn a_second_run_of_the_same_provider_is_refused_while_the_first_reads() {
 }
 
 #[tokio::test]
-async fn stripe_events_are_read_newest_first_and_the_next_run_starts_where_the_last_began() {
+async fn stripe_events_are_recovered_once_newest_first_through_faults_and_the_next_run_starts_where_the_last_began()
+ {
     let app = TestApp::spawn().await;
     let event = |id: &str, created: i64| {
         let mut event = stripe_event(id, "invoice.paid");
@@ -274,16 +379,25 @@ async fn stripe_events_are_read_newest_first_and_the_next_run_starts_where_the_l
         event("evt_old", 1_600_000_000),
     ])
     .await;
-    api.page_cap(2).fault(2, Fault::RateLimited(1));
+    // Two a page, each page starting at the previous one's last event; the
+    // second request is rate limited, its retry fails once.
+    api.page_cap(2).repeat_across_pages().fault(2, Fault::RateLimited(1)).fault(3, Fault::ServerError);
 
     let first_began = chrono::Utc::now().timestamp();
     let first = summary(reconcile(&app, "stripe", &api, &["--since", "2023-11-01T00:00:00Z"]).await);
     let first_ended = chrono::Utc::now().timestamp();
 
-    assert_eq!(counts(&first), [2, 3, 0, 1, 2, 0], "{first}");
+    // Pages [s3 s2] [s2 s1]: 3 events, s2 listed twice and delivered before.
+    assert_eq!(counts(&first), [2, 3, 1, 1, 2, 0], "{first}");
     let requests = api.received();
+    assert_eq!(requests.len(), 4, "1 page, 429, 500, the same page again");
+    assert!(requests.iter().all(|r| r.authorized));
     assert_eq!(requests[0].query.get("created[gte]").map(String::as_str), Some("1698796800"));
-    assert_eq!(requests[2].query.get("starting_after").map(String::as_str), Some("evt_s2"));
+    assert_eq!(requests[1].query.get("starting_after").map(String::as_str), Some("evt_s2"));
+    assert_eq!(requests[1].query, requests[2].query, "the 429 is retried as it was");
+    assert_eq!(requests[2].query, requests[3].query, "the 500 is retried as it was");
+    // Retry-After (1 s) is longer than the first backoff (0.5 s): it was waited out.
+    assert!(api.wait_after(2) >= Duration::from_secs(1), "{:?} after the 429", api.wait_after(2));
     let rows = archive(&app).await;
     assert_eq!(rows.len(), 3);
     assert_eq!(
@@ -292,7 +406,7 @@ async fn stripe_events_are_read_newest_first_and_the_next_run_starts_where_the_l
     );
     assert_eq!(
         rows[2],
-        ("evt_s1".into(), "api".into(), "PROCESSED".into(), None, Some("req_stripe_3".into()))
+        ("evt_s1".into(), "api".into(), "PROCESSED".into(), None, Some("req_stripe_4".into()))
     );
 
     // The next run reads from when the first one started, less 10 minutes:
@@ -313,6 +427,41 @@ async fn a_provider_without_an_event_api_gets_the_time_since_its_last_verified_d
     let gap = summary(reconcile(&app, "clerk", &api, &[]).await);
     assert!(gap["gap_secs"].as_i64().is_some_and(|secs| (0..60).contains(&secs)), "{gap}");
     assert_eq!(app.rows_everywhere().await, 4, "archive, dedup, the user and its welcome email; no more");
+}
+
+#[tokio::test]
+async fn a_name_that_is_no_provider_fails_listing_the_valid_ones_and_a_standard_webhooks_sender_gets_its_gap()
+{
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(vec![]).await;
+    let senders = format!("{STANDARD_SENDER}={}", STANDARD_SECRETS[0]);
+    let configured = ["--standard-webhooks", senders.as_str()];
+
+    let typo = reconcile(&app, "paddel", &api, &configured).await;
+    let error = typo.error.expect("a name that is no provider fails");
+    assert!(
+        error.starts_with("paddel is not a provider: reconcile one of paddle, clerk, stripe, github, acme "),
+        "{error}"
+    );
+    assert!(!error.contains(STANDARD_SECRETS[0]), "{error}");
+    assert_eq!(typo.stdout, "", "no gap report");
+    // A sender is known by STANDARD_WEBHOOKS, as `serve` knows it.
+    let unconfigured =
+        reconcile(&app, STANDARD_SENDER, &api, &[]).await.error.expect("not configured: no provider");
+    assert!(unconfigured.contains("reconcile one of paddle, clerk, stripe, github ("), "{unconfigured}");
+    assert_eq!(app.rows_everywhere().await + app.count("SELECT count(*) FROM reconciliation_state").await, 0);
+
+    let none = summary(reconcile(&app, STANDARD_SENDER, &api, &configured).await);
+    assert_eq!(
+        (&none["provider"], &none["last_verified_delivery_at"]),
+        (&json!("acme"), &Value::Null),
+        "{none}"
+    );
+    let delivered = app.send(&standard(STANDARD_SENDER, "msg_1", &standard_event("invoice.paid"))).await;
+    assert_eq!(delivered.status, StatusCode::OK, "{:?}", delivered.body);
+    let gap = summary(reconcile(&app, STANDARD_SENDER, &api, &configured).await);
+    assert!(gap["gap_secs"].as_i64().is_some_and(|secs| (0..60).contains(&secs)), "{gap}");
+    assert!(api.received().is_empty(), "no API is read for a gap");
 }
 
 /// The admin API's (and the console's) token in these tests.
@@ -367,6 +516,63 @@ async fn the_admin_api_the_console_and_the_metrics_show_each_providers_last_run(
     // A recovered event is no delivery: the provider has not reached the service.
     let last_delivery = row(&page, "provider-paddle");
     assert!(last_delivery.trim_end().ends_with("never"), "{last_delivery}");
+}
+
+/// A time of the admin API's answer.
+fn time(value: &Value) -> chrono::DateTime<chrono::Utc> {
+    serde_json::from_value(value.clone()).unwrap_or_else(|_| panic!("a time: {value}"))
+}
+
+/// The value of `metric{provider="paddle"}` in `metrics`, if it is there.
+fn paddle_gauge(metrics: &str, metric: &str) -> Option<f64> {
+    let prefix = format!(r#"{metric}{{provider="paddle"}} "#);
+    metrics.lines().find_map(|line| line.strip_prefix(&prefix)).map(|value| value.parse().unwrap())
+}
+
+#[tokio::test]
+async fn while_a_run_reads_the_gauges_keep_the_last_finished_one_and_the_admin_api_shows_it_running() {
+    let app = TestApp::spawn_with(TestConfig { admin_token: Some(ADMIN), ..TestConfig::default() }).await;
+    let api = FakeApi::paddle(vec![renewal("evt_02", "txn_02", SECOND_PERIOD)]).await;
+    reconcile(&app, "paddle", &api, &["--since", LONG_AGO]).await.ok();
+    let last_run =
+        async || app.get("/admin/reconciliation", Some(ADMIN)).await.body["reconciliation"][0].clone();
+    let first = last_run().await;
+    let first_end = time(&first["finished_at"]);
+    api.close();
+    let arrived = api.arrived.notified();
+    tokio::pin!(arrived);
+    arrived.as_mut().enable();
+
+    let second = reconcile(&app, "paddle", &api, &["--since", LONG_AGO]);
+    let meanwhile = async {
+        // The second run waits on its first page. This process's first
+        // scrape: the gauges come from the row alone.
+        arrived.await;
+        let metrics = app.metrics().await;
+        let last_run_at = paddle_gauge(&metrics, "webhook_reconcile_last_run_timestamp_seconds");
+        assert_eq!(last_run_at, Some(first_end.timestamp() as f64), "{metrics}");
+        assert_eq!(paddle_gauge(&metrics, "webhook_reconcile_last_run_success"), Some(1.0), "{metrics}");
+        let running = last_run().await;
+        assert!(time(&running["started_at"]) > first_end, "{running}");
+        assert_eq!([&running["finished_at"], &running["result"], &running["summary"]], [&Value::Null; 3]);
+        let page = Operator::sign_in(&app).await.get(&app, "/console").await.body;
+        let paddle_row = row(&page, "reconciliation-paddle");
+        assert!(paddle_row.contains("running, or stopped before its end"), "{paddle_row}");
+        api.open();
+    };
+    let (second, ()) = tokio::join!(second, meanwhile);
+    assert_eq!(summary(second)["already_recorded"], 1);
+
+    let ended = last_run().await;
+    assert_eq!(
+        (&ended["result"], &ended["summary"]["already_recorded"]),
+        (&json!("ok"), &json!(1)),
+        "{ended}"
+    );
+    assert!(time(&ended["finished_at"]) >= time(&ended["started_at"]), "{ended}");
+    let metrics = app.metrics().await;
+    let last_run_at = paddle_gauge(&metrics, "webhook_reconcile_last_run_timestamp_seconds").unwrap();
+    assert!(last_run_at >= first_end.timestamp() as f64, "{metrics}");
 }
 
 /// The count of `outcome` runs of paddle this app's process made.

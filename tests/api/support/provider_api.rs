@@ -6,8 +6,9 @@
 //! `meta.pagination.next`, oldest first; Stripe `created[gte]` +
 //! `starting_after`, newest first; GitHub newest first, `per_page` and a
 //! `cursor` in the `Link` header's `rel="next"`), request ids; plus faults
-//! a test scripts by request number (429 with `Retry-After`, 500), pages
-//! that list an event again, and a gate that holds requests until opened.
+//! a test scripts by request number (429 with `Retry-After`, 500, 403), pages
+//! that list an event again, a gate that holds requests until opened, and
+//! when each request was answered (to measure the client's waits).
 //!
 //! The fake GitHub redelivers as GitHub does, by POSTing the delivery,
 //! signed with the hook's secret (`support::signing`, its own HMAC), to the
@@ -18,6 +19,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::Path;
@@ -35,6 +37,10 @@ pub enum Fault {
     RateLimited(u64),
     /// 500 Internal Server Error.
     ServerError,
+    /// 403 Forbidden without `Retry-After`: the key is valid but not
+    /// allowed to read (a Paddle key without the events permission, a
+    /// Stripe restricted key without read access to events).
+    Forbidden,
 }
 
 /// A request the fake received.
@@ -46,6 +52,8 @@ pub struct Received {
     pub query: HashMap<String, String>,
     /// Whether its bearer key was the right one.
     pub authorized: bool,
+    /// When it passed the gate to be answered (a fault is answered then).
+    pub answered_at: Instant,
 }
 
 #[derive(Default)]
@@ -54,7 +62,8 @@ struct Inner {
     events: Vec<Value>,
     faults: HashMap<usize, Fault>,
     received: Vec<Received>,
-    /// Each next page starts at the previous page's last event (listed twice).
+    /// Each next page starts at the previous page's last event (listed
+    /// twice): Paddle's names it, Stripe's is `starting_after` it.
     repeat_across_pages: bool,
     /// Most events a page, whatever the request asks (smaller than the real cap, for many pages).
     page_cap: usize,
@@ -231,6 +240,14 @@ impl FakeApi {
         self.inner.lock().unwrap().received.clone()
     }
 
+    /// How long the client waited between the answer to request `n`
+    /// (1-based) and its next request, as seen from here: at least the
+    /// wait the client made.
+    pub fn wait_after(&self, n: usize) -> Duration {
+        let received = self.received();
+        received[n].answered_at - received[n - 1].answered_at
+    }
+
     /// Records a request, waits at the gate, and says its number and fault.
     async fn arrive(
         &self,
@@ -242,7 +259,13 @@ impl FakeApi {
             == Some(format!("Bearer {}", self.key).as_str());
         let n = {
             let mut inner = self.inner.lock().unwrap();
-            inner.received.push(Received { path: path.to_string(), query: query.clone(), authorized });
+            let answered_at = Instant::now();
+            inner.received.push(Received {
+                path: path.to_string(),
+                query: query.clone(),
+                authorized,
+                answered_at,
+            });
             inner.in_flight += 1;
             inner.max_in_flight = inner.max_in_flight.max(inner.in_flight);
             inner.received.len()
@@ -251,7 +274,9 @@ impl FakeApi {
         self.arrived.notify_waiters();
         let mut gate = self.gate.subscribe();
         gate.wait_for(|open| *open).await.unwrap();
-        let fault = self.inner.lock().unwrap().faults.get(&n).copied();
+        let mut inner = self.inner.lock().unwrap();
+        inner.received[n - 1].answered_at = Instant::now();
+        let fault = inner.faults.get(&n).copied();
         (in_flight, n, authorized, fault)
     }
 }
@@ -265,6 +290,12 @@ fn fault_response(fault: Fault) -> Response {
         )
             .into_response(),
         Fault::ServerError => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Fault::Forbidden => (
+            StatusCode::FORBIDDEN,
+            axum::Json(json!({ "error": { "type": "request_error", "code": "forbidden",
+                                          "detail": "You aren't permitted to perform this request." } })),
+        )
+            .into_response(),
     }
 }
 
@@ -344,6 +375,7 @@ async fn stripe_events(
     });
     let from = match query.get("starting_after") {
         Some(after) => match events.iter().position(|event| event["id"] == after.as_str()) {
+            Some(at) if inner.repeat_across_pages => at,
             Some(at) => at + 1,
             None => return (StatusCode::BAD_REQUEST, "no such event").into_response(),
         },
