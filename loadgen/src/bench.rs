@@ -54,6 +54,9 @@ pub struct BenchArgs {
     /// A few words on what this run measures, for its line in the history (default: the commit's subject).
     #[arg(long)]
     note: Option<String>,
+    /// The commit `--service` was built from, when it is not this checkout's (a baseline built elsewhere).
+    #[arg(long)]
+    commit: Option<String>,
     /// Print the results and change no file.
     #[arg(long)]
     no_write: bool,
@@ -95,7 +98,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         env.push(("DATABASE_URL", url.clone()));
     }
     // What is measured is what was built now, whatever changes during the run.
-    let (commit, date) = (commit(), command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]));
+    let commit = args.commit.clone().unwrap_or_else(commit);
+    let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
     eprintln!("starting the service ...");
     let service = Service::start(&args.service.path, &env, &work.join("service.log")).await?;
     let server_version = pgbench::psql(&conninfo, "SHOW server_version")?;
