@@ -69,11 +69,11 @@ if [ -z "$baseline" ]; then
     if [ ! -x "$baseline" ]; then
         tree=$(mktemp -d)
         rmdir "$tree"
-        git worktree add --detach "$tree" "$baseline_commit"
+        git worktree add --detach "$tree" "$baseline_commit" >&2
         mkdir -p "$baseline_target"
         baseline_target=$(cd "$baseline_target" && pwd)
         (cd "$tree" && CARGO_TARGET_DIR=$baseline_target cargo build --release --locked -p webhook-inbox)
-        git worktree remove --force "$tree"
+        git worktree remove --force "$tree" >&2
         tree=
     fi
 fi

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use anyhow::Context as _;
 use clap::Args;
 use serde_json::Value;
 
@@ -187,6 +188,11 @@ pub async fn run(args: RetentionArgs) -> anyhow::Result<()> {
     let server = Server { socket: data_dir.join("socket") };
     let admin = server.conninfo("postgres");
     let version = psql(&admin, "SHOW server_version")?;
+    let settings = psql(
+        &admin,
+        "SELECT string_agg(format('`%s` %s', name, current_setting(name)), ', ' ORDER BY name)
+         FROM unnest(ARRAY['full_page_writes', 'max_wal_size', 'shared_buffers', 'wal_compression']) name",
+    )?;
     let (partitioned, unpartitioned) = (server.conninfo("partitioned"), server.conninfo("unpartitioned"));
 
     eprintln!("making the databases ...");
@@ -322,6 +328,7 @@ pub async fn run(args: RetentionArgs) -> anyhow::Result<()> {
         date,
         commit,
         version,
+        settings,
         rows: args.rows,
         per_day,
         days,
@@ -345,7 +352,8 @@ pub async fn run(args: RetentionArgs) -> anyhow::Result<()> {
 /// [`BASELINE_LAST_MIGRATION`], in order, each in one transaction; returns
 /// how many.
 fn apply_baseline_migrations(conninfo: &str, dir: &Path) -> anyhow::Result<usize> {
-    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)?
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let mut files: Vec<(u64, PathBuf)> = entries
         .filter_map(|entry| entry.ok().map(|entry| entry.path()))
         .filter(|path| path.extension().is_some_and(|ext| ext == "sql"))
         .filter_map(|path| {
@@ -751,6 +759,8 @@ struct Facts {
     date: String,
     commit: String,
     version: String,
+    /// The server's settings that the WAL and the sizes depend on.
+    settings: String,
     rows: u64,
     per_day: u64,
     days: Vec<String>,
@@ -796,7 +806,7 @@ fn render(
     writeln!(
         md,
         "Measured {} on {cores} cores, PostgreSQL {} (the service's embedded server, its default settings: \
-         `full_page_writes` on, `shared_buffers` 128 MB), service at commit {}, the batch delete by the service at \
+         {}), service at commit {}, the batch delete by the service at \
          {BASELINE}. Two databases on that server: `partitioned` (migrated by `webhook-inbox migrate`) and \
          `unpartitioned` (the {} migrations up to {BASELINE_LAST_MIGRATION}, the schema at {BASELINE}). Each got the \
          same {} archive rows, {} on each UTC day from {} to {} (each day's over its first 23 hours), {} of them \
@@ -805,6 +815,7 @@ fn render(
          never analyzed, as the service leaves them): filled in {} + {} (partitioned) and {} + {} (unpartitioned).\n",
         facts.date,
         facts.version,
+        facts.settings,
         facts.commit,
         facts.applied,
         facts.rows,
