@@ -10,9 +10,9 @@
 # reads, drops the oldest day's partition with `purge`, deletes the same
 # rows with the old `purge` and vacuums, and rewrites the retention section
 # of bench/RESULTS.md (`--no-write`: only print it).
-# Loopback only (a unix socket). About 30 minutes on 2 cores once built, and
-# about 25 GB of disk at peak, in the temp dir, removed at the end whatever
-# happens. Extra arguments go to `loadgen retention` (a quick try:
+# Loopback only (a unix socket). About 15 minutes on 2 cores once built (the
+# baseline's build adds about 6), and about 21 GB of disk at peak, in the
+# temp dir, removed at the end whatever happens. Extra arguments go to `loadgen retention` (a quick try:
 # `--rows 200000 --no-write`; see `loadgen retention --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
