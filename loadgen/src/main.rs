@@ -5,7 +5,8 @@
 //! the same moment on separate connections. `loadgen bench` runs the whole
 //! benchmark: the PostgreSQL ceiling (pgbench running the service's own SQL)
 //! and the service, side by side on one server, and writes the table;
-//! `loadgen forwarding` measures forwarding to a receiver on loopback.
+//! `loadgen forwarding` measures forwarding to a receiver on loopback;
+//! `loadgen retention` measures retention on a ten-million-row archive.
 //!
 //! Requests are built and signed before the clock starts, so the measured
 //! time is the service's, not the generator's HMAC work.
@@ -20,6 +21,7 @@ mod forwarding;
 mod pgbench;
 mod report;
 mod results;
+mod retention;
 mod service;
 
 use std::net::SocketAddr;
@@ -42,6 +44,8 @@ enum Cli {
     Console(console::ConsoleArgs),
     /// Forwarding to a receiver on loopback: rate, intake with a destination, lag, memory with pending jobs.
     Forwarding(forwarding::ForwardingArgs),
+    /// Retention on a ten-million-row archive: dropping a day's partition against deleting the same rows in batches, and the hot reads' plans.
+    Retention(retention::RetentionArgs),
 }
 
 /// What one load run sends.
@@ -118,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
         Cli::Bench(args) => bench::run(args).await?,
         Cli::Console(args) => console::run(args).await?,
         Cli::Forwarding(args) => forwarding::run(args).await?,
+        Cli::Retention(args) => retention::run(args).await?,
     }
     Ok(())
 }
