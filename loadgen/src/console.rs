@@ -96,7 +96,8 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         "SELECT (SELECT count(*) FROM webhook_events) || ' ' ||
                 (SELECT count(*) FROM webhook_events WHERE created_at > now() - interval '1 day') || ' ' ||
                 (SELECT count(*) FROM webhook_events WHERE processing_status = 'FAILED') || ' ' ||
-                pg_size_pretty(pg_total_relation_size('webhook_events')) || ' ' ||
+                -- A partitioned table's own size is 0: its partitions hold the rows.
+                (SELECT pg_size_pretty(sum(pg_total_relation_size(relid))) FROM pg_partition_tree('webhook_events')) || ' ' ||
                 (SELECT count(*) FROM destination_jobs) || ' ' ||
                 (SELECT count(*) FROM destination_jobs WHERE status = 'dead') || ' ' ||
                 (SELECT count(*) FROM destination_attempts)",
