@@ -63,7 +63,7 @@ pub struct DatabaseConfig {
 fn pool_help() -> String {
     format!(
         "Most connections the pool opens (at least {MIN_POOL_SIZE}): {RECORDERS} record deliveries without \
-         side effects, {RESERVED_CONNECTIONS} serve the outbox, readiness, metrics, retention and the admin \
+         side effects, {RESERVED_CONNECTIONS} serve the outbox, readiness, metrics, the archive's upkeep and the admin \
          API, the rest apply deliveries with side effects"
     )
 }

@@ -40,7 +40,7 @@ use super::{InboxError, Outcome, Routed, ToApply, ToRecord, apply, record, recor
 
 /// Connections of the pool left to everything else: one for the outbox
 /// worker (it holds its connection through a round of sends), the others
-/// for readiness, metrics, retention and the admin API.
+/// for readiness, metrics, the archive's upkeep and the admin API.
 pub const RESERVED_CONNECTIONS: u32 = 3;
 
 /// Workers of the recording lane. Few, so that deliveries queue behind them
