@@ -116,15 +116,6 @@ impl DayPartitioned {
         sqlx::raw_sql(AssertSqlSafe(format!("DROP TABLE IF EXISTS {name}"))).execute(pool).await?;
         Ok(())
     }
-
-    /// How many days after today (the database's, in UTC) its partitions
-    /// reach: [`DAYS_AHEAD`] once made, negative if today has none.
-    pub async fn days_ahead<'e>(self, executor: impl PgExecutor<'e>) -> sqlx::Result<i32> {
-        sqlx::query_scalar("SELECT day_partitions_ahead($1::regclass)")
-            .bind(self.table)
-            .fetch_one(executor)
-            .await
-    }
 }
 
 /// Makes the partitions of every table partitioned by day from yesterday (a
