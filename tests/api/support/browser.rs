@@ -5,10 +5,17 @@
 //! Browser tests take turns: on two cores, browsers running side by side
 //! only slow each other down. Waits are for elements, bounded generously,
 //! never fixed sleeps.
+//!
+//! Whether Chromium and chromedriver are installed is checked once per test
+//! binary. Without them every browser test fails (a skip would let CI pass
+//! without running them), the first with what to install, the others with a
+//! line that points to it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fantoccini::elements::Element;
@@ -25,7 +32,48 @@ const POLL: Duration = Duration::from_millis(20);
 /// Chromium itself, past Debian's wrapper script.
 const CHROMIUM: &str = "/usr/lib/chromium/chromium";
 
+/// Debian's packages of what the browser tests run (the README's install
+/// line and `.ci/run` name them too).
+const PACKAGES: &str = "chromium chromium-driver";
+
 static TURN: Mutex<()> = Mutex::const_new(());
+
+/// What is missing of the browser, looked for once.
+static MISSING: LazyLock<Option<String>> = LazyLock::new(missing);
+/// Whether a test has already failed with the whole explanation.
+static EXPLAINED: AtomicBool = AtomicBool::new(false);
+
+/// What of the browser is not installed, if anything.
+fn missing() -> Option<String> {
+    let runs =
+        |program: &str| Command::new(program).arg("--version").output().is_ok_and(|out| out.status.success());
+    let mut missing = Vec::new();
+    if !runs("chromedriver") {
+        missing.push("chromedriver does not run (not on PATH?)");
+    }
+    if !std::path::Path::new(CHROMIUM).exists() && !runs("chromium") {
+        missing.push("Chromium is not installed (no /usr/lib/chromium/chromium, no chromium on PATH)");
+    }
+    (!missing.is_empty()).then(|| missing.join(", and "))
+}
+
+/// Fails the calling test when the browser is not installed: with the
+/// message alone, no backtrace (the cause is the machine, not the code).
+fn require_browser() {
+    let Some(missing) = &*MISSING else { return };
+    if !EXPLAINED.swap(true, Ordering::SeqCst) {
+        eprintln!(
+            "The console's browser tests drive a headless Chromium through chromedriver, and {missing}.\n\
+             Install both (Debian, Ubuntu): apt install {PACKAGES}\n\
+             (.ci/run installs them when missing; every browser test fails until they are there.)"
+        );
+    } else {
+        eprintln!(
+            "No browser to test with: apt install {PACKAGES} (another browser test's failure says why)."
+        );
+    }
+    std::panic::resume_unwind(Box::new("no browser"));
+}
 
 /// A browser session on its own chromedriver.
 pub struct Browser {
@@ -71,7 +119,7 @@ impl Driver {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("chromedriver (Debian package chromium-driver; .ci/run installs it)");
+            .expect("chromedriver, which ran for the check");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let port = loop {
             let line = lines.next().expect("chromedriver exited before it started").unwrap();
@@ -88,6 +136,7 @@ impl Driver {
 impl Browser {
     /// Starts chromedriver and a headless browser session on it.
     pub async fn start() -> Browser {
+        require_browser();
         let turn = TURN.lock().await;
         let driver = Driver::start();
         let mut options = json!({
