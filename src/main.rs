@@ -1,13 +1,12 @@
 //! Entry point: parse flags, start logging, run the subcommand.
 
-use clap::Parser;
-use webhook_inbox::cli::{self, Cli};
+use webhook_inbox::cli;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // A `.env` in the working directory, if any, fills in unset variables.
     dotenvy::dotenv().ok();
-    let cli = Cli::parse();
+    let cli = cli::parse();
     webhook_inbox::telemetry::init(cli.log_format);
     // Rust's default hook prints a panic's message to stderr, past the
     // logger; a message could quote a payload. Log where, not what (a

@@ -4,6 +4,7 @@
 
 mod destinations;
 mod events;
+mod help;
 mod jobs;
 mod migrate;
 mod purge;
@@ -14,7 +15,7 @@ mod table;
 use std::io::Write;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing::Instrument;
 
 use crate::config::{EffectsConfig, LogFormat, ServeConfig};
@@ -45,6 +46,22 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+pub use help::GLOBAL_SUMMARY;
+
+/// The command line as `--help` shows it: each subcommand's own options,
+/// then the global ones in short (see [`help`]).
+pub fn command() -> clap::Command {
+    help::summarize_global_options(Cli::command())
+}
+
+/// The process's arguments, parsed as [`Cli::parse`] would, with
+/// [`command`]'s help.
+pub fn parse() -> Cli {
+    let mut command = command();
+    let mut matches = command.get_matches_mut();
+    Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|error| error.format(&mut command).exit())
 }
 
 /// The subcommands.

@@ -4,8 +4,15 @@ use std::process::Command;
 
 #[test]
 fn help_never_shows_a_configured_secret() {
+    // The top level describes the database options; serve, its own.
+    for args in [&["--help"][..], &["serve", "--help"]] {
+        help_shows_no_secret(args);
+    }
+}
+
+fn help_shows_no_secret(args: &[&str]) {
     let output = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
-        .args(["serve", "--help"])
+        .args(args)
         .env("PADDLE_WEBHOOK_SECRET", "pdl_secret_from_env")
         .env("CLERK_WEBHOOK_SECRET", "whsec_c2VjcmV0ZnJvbWVudg==")
         .env("DATABASE_URL", "postgres://user:db_password_from_env@localhost/db")
@@ -17,7 +24,10 @@ fn help_never_shows_a_configured_secret() {
         .unwrap();
     let help = String::from_utf8(output.stdout).unwrap();
     assert!(output.status.success());
-    assert!(help.contains("PADDLE_WEBHOOK_SECRET") && help.contains("ADMIN_TOKEN"), "{help}");
+    assert!(help.contains("DATABASE_URL"), "{help}");
+    if args[0] == "serve" {
+        assert!(help.contains("PADDLE_WEBHOOK_SECRET") && help.contains("ADMIN_TOKEN"), "{help}");
+    }
     for secret in [
         "pdl_secret_from_env",
         "c2VjcmV0ZnJvbWVudg",
@@ -27,7 +37,7 @@ fn help_never_shows_a_configured_secret() {
         "metrics_token_from_env",
         "ghp_token_from_env",
     ] {
-        assert!(!help.contains(secret), "--help shows {secret}");
+        assert!(!help.contains(secret), "{args:?} shows {secret}");
     }
 }
 
@@ -69,41 +79,95 @@ fn a_misconfigured_smtp_stops_startup_with_a_reason_and_without_the_password() {
     }
 }
 
-#[test]
-fn help_groups_each_subcommand_s_own_options_apart_from_the_global_ones_and_names_every_provider() {
-    use clap::CommandFactory;
-    use webhook_inbox::cli::{Cli, GLOBAL};
+/// The help of `webhook-inbox <args> --help`.
+fn help(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(args).arg("--help").output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap()
+}
 
-    let help = |args: &[&str]| {
-        let output =
-            Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(args).arg("--help").output().unwrap();
-        assert!(output.status.success());
-        String::from_utf8(output.stdout).unwrap()
-    };
-    // The sections of a help text, by heading ("Options" for a subcommand's
-    // own options without a heading of their own).
-    let sections = |text: &str| -> Vec<(String, String)> {
-        let mut sections: Vec<(String, String)> = Vec::new();
-        for line in text.lines() {
-            match line.strip_suffix(':').filter(|heading| !heading.starts_with(' ')) {
-                Some(heading) => sections.push((heading.to_string(), String::new())),
-                None => {
-                    if let Some((_, body)) = sections.last_mut() {
-                        body.push_str(&format!("{line}\n"));
-                    }
+/// The sections of a help text, by heading ("Options" for a subcommand's
+/// own options without a heading of their own), in order.
+fn sections(text: &str) -> Vec<(String, String)> {
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        match line.strip_suffix(':').filter(|heading| !heading.starts_with(' ')) {
+            Some(heading) => sections.push((heading.to_string(), String::new())),
+            None => {
+                if let Some((_, body)) = sections.last_mut() {
+                    body.push_str(&format!("{line}\n"));
                 }
             }
         }
-        sections
-    };
-    let mut cli = Cli::command();
+    }
+    sections
+}
+
+/// The global options: each one's `--flag`, and its variable.
+fn global_options() -> Vec<(String, String)> {
+    let mut cli = webhook_inbox::cli::command();
     cli.build();
-    let global: Vec<String> = (cli.get_arguments())
+    let global: Vec<(String, String)> = (cli.get_arguments())
         .filter(|arg| arg.is_global_set())
-        .filter_map(|arg| arg.get_long().map(|long| format!("--{long} ")))
+        .map(|arg| {
+            let env = arg.get_env().map(|env| env.to_string_lossy().into_owned()).unwrap_or_default();
+            (format!("--{}", arg.get_long().unwrap()), env)
+        })
         .collect();
-    assert!(global.iter().any(|arg| arg == "--database-url ") && global.iter().any(|arg| arg == "--config "));
+    assert!(
+        global.iter().any(|(arg, _)| arg == "--database-url")
+            && global.iter().any(|(arg, _)| arg == "--config")
+    );
+    global
+}
+
+#[test]
+fn a_subcommand_s_help_shows_its_own_options_first_then_the_global_ones_once_a_line_each() {
+    use webhook_inbox::cli::GLOBAL_SUMMARY;
+
+    let global = global_options();
+    let text = help(&["jobs", "replay"]);
+    let sections = sections(&text);
+    let headings: Vec<&str> = sections.iter().map(|(heading, _)| heading.as_str()).collect();
+    assert_eq!(headings, ["Arguments", "Options", GLOBAL_SUMMARY], "{text}");
+    let (_, own) = &sections[1];
+    assert!(own.contains("--destination <DESTINATION>") && own.contains("--dry-run"), "{text}");
+    // One line per global option, its flag and its variable; no description.
+    let (_, summary) = &sections[2];
+    let lines: Vec<Vec<&str>> = summary.lines().map(|line| line.split_whitespace().collect()).collect();
+    let expected: Vec<Vec<String>> =
+        global.iter().map(|(flag, env)| vec![flag.clone(), "[env:".into(), format!("{env}]")]).collect();
+    assert_eq!(lines, expected, "{text}");
+    // `-h` shows the same list.
+    let short =
+        Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(["jobs", "replay", "-h"]).output().unwrap();
+    assert!(String::from_utf8(short.stdout).unwrap().ends_with(&format!("{GLOBAL_SUMMARY}:\n{summary}")));
+    // The top level describes each one in full.
+    let top = help(&[]);
+    assert!(
+        top.contains("PostgreSQL URL. Unset: an embedded PostgreSQL")
+            && top.contains("[default: .webhook-inbox]"),
+        "{top}"
+    );
+    assert!(!text.contains("PostgreSQL URL") && !text.contains("[default: .webhook-inbox]"), "{text}");
+}
+
+#[test]
+fn help_groups_each_subcommand_s_own_options_apart_from_the_global_ones_and_names_every_provider() {
+    use webhook_inbox::cli::{GLOBAL, GLOBAL_SUMMARY};
+
+    let global = global_options();
+    // The top level shows every global option, in full, under its heading.
+    let top = help(&[]);
+    for (arg, env) in &global {
+        let (heading, body) = (sections(&top).into_iter())
+            .find(|(_, body)| body.contains(&format!("{arg} ")))
+            .unwrap_or_else(|| panic!("--help lacks {arg}: {top}"));
+        assert!(heading == GLOBAL || heading == "Database (every subcommand)", "{arg} is under {heading:?}");
+        assert!(body.contains(&format!("[env: {env}")), "{arg}: {body}");
+    }
     // Every subcommand, however deep, from the parser itself: a new one is checked too.
+    let cli = webhook_inbox::cli::command();
     let mut commands: Vec<Vec<String>> = Vec::new();
     let mut pending: Vec<(Vec<String>, &clap::Command)> = vec![(Vec::new(), &cli)];
     while let Some((path, command)) = pending.pop() {
@@ -119,18 +183,18 @@ fn help_groups_each_subcommand_s_own_options_apart_from_the_global_ones_and_name
         let args: Vec<&str> = path.iter().map(String::as_str).collect();
         let text = help(&args);
         let sections = sections(&text);
-        let under = |arg: &str| {
-            sections.iter().find(|(_, body)| body.contains(arg)).map(|(heading, _)| heading.as_str())
-        };
-        for arg in &global {
-            let heading = under(arg).unwrap_or_else(|| panic!("{path:?} --help lacks {arg}: {text}"));
-            assert!(
-                heading == GLOBAL || heading == "Database (every subcommand)",
-                "{path:?}: the global {arg}is under {heading:?}, among the subcommand's own options: {text}"
+        // The global options once, last, a line each.
+        let (last, summary) = sections.last().unwrap();
+        assert_eq!(last, GLOBAL_SUMMARY, "{path:?}: {text}");
+        assert_eq!(summary.lines().count(), global.len(), "{path:?}: {text}");
+        for (arg, env) in &global {
+            assert_eq!(
+                text.matches(&format!("{arg} ")).count(),
+                1,
+                "{path:?} shows {arg} other than once: {text}"
             );
-        }
-        if let Some((_, own)) = sections.iter().find(|(heading, _)| heading == "Options") {
-            assert!(global.iter().all(|arg| !own.contains(arg.as_str())), "{path:?}: {own}");
+            let line = summary.lines().find(|line| line.contains(&format!("{arg} "))).unwrap();
+            assert!(line.ends_with(&format!("[env: {env}]")), "{path:?}: {line}");
         }
         // A --provider help (on its line, or the next) names every built-in provider.
         let lines: Vec<&str> = text.lines().collect();
@@ -163,9 +227,7 @@ fn help_groups_each_subcommand_s_own_options_apart_from_the_global_ones_and_name
 #[test]
 fn price_credits_help_says_an_unlisted_price_fails() {
     for command in [&["serve"][..], &["events", "reprocess"]] {
-        let output =
-            Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(command).arg("--help").output().unwrap();
-        let help = String::from_utf8(output.stdout).unwrap();
+        let help = help(command);
         let at = help.find("--paddle-price-credits").unwrap_or_else(|| panic!("{command:?}: {help}"));
         let entry = &help[at..help[at..].find("[env").map_or(help.len(), |end| at + end)];
         assert!(entry.contains("not listed fails") && entry.contains("=0"), "{command:?}: {entry}");
@@ -186,8 +248,6 @@ fn the_pool_floor_is_the_workers_connections_and_the_reserved_ones() {
     let refused = parse(MIN_POOL_SIZE - 1).unwrap_err().to_string();
     assert!(refused.contains(&format!("{MIN_POOL_SIZE}..")), "{refused}");
     assert!(parse(MIN_POOL_SIZE).is_ok());
-    let help =
-        Command::new(env!("CARGO_BIN_EXE_webhook-inbox")).args(["migrate", "--help"]).output().unwrap();
-    let help = String::from_utf8(help.stdout).unwrap();
+    let help = help(&[]);
     assert!(help.contains(&format!("(at least {MIN_POOL_SIZE}): {RECORDERS} record")), "{help}");
 }
