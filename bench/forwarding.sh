@@ -5,7 +5,8 @@
 # answers at once, and measures the forwarding rate, intake with the
 # destination against intake without, the lag from recorded to delivered
 # under steady load, and peak RSS with 100,000 pending jobs; it rewrites the
-# forwarding section of bench/RESULTS.md and the README's forwarding line.
+# forwarding section of bench/RESULTS.md and the forwarding line of
+# docs/performance.md.
 # Loopback only; several minutes. Extra arguments go to `loadgen forwarding`
 # (a quick try: `--runs 1 --jobs 2000 --intake-events 2000 --lag-seconds 5
 # --pending 5000 --no-write`; see `target/release/loadgen forwarding --help`).

@@ -4,8 +4,9 @@
 # PostgreSQL, or BENCH_DATABASE_URL), measures the pgbench ceiling and the
 # service side by side at each concurrency plus a replay storm, several runs
 # of each with the CPU every process spent, checks the storm's effects in SQL,
-# rewrites the results section of bench/RESULTS.md and the README's summary,
-# and adds a line to the history. Loopback only; a few minutes per run.
+# rewrites the results section of bench/RESULTS.md and the summary in
+# docs/performance.md, and adds a line to the history. Loopback only; a few
+# minutes per run.
 # Extra arguments go to `loadgen bench` (`--runs 1 --no-write` to try a change
 # quickly; see `cargo run --release -p loadgen -- bench --help`). Then the
 # forwarding rows (`loadgen forwarding`, alone: bench/forwarding.sh), which

@@ -1,6 +1,6 @@
 //! `loadgen bench`: the ceiling and the service, side by side on one
 //! PostgreSQL server in one run, each row measured several times, with the
-//! CPU every party spent; the results go to bench/RESULTS.md and the README.
+//! CPU every party spent; the results go to bench/RESULTS.md and docs/performance.md.
 
 use std::path::{Path, PathBuf};
 
@@ -49,8 +49,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "bench/RESULTS.md")]
     output: PathBuf,
     /// Markdown file whose performance summary is replaced.
-    #[arg(long, default_value = "README.md")]
-    readme: PathBuf,
+    #[arg(long, default_value = "docs/performance.md")]
+    summary: PathBuf,
     /// A few words on what this run measures, for its line in the history (default: the commit's subject).
     #[arg(long)]
     note: Option<String>,
@@ -176,8 +176,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if !args.no_write {
         let note = args.note.clone().unwrap_or_else(|| git(&["log", "-1", "--format=%s"]));
         results::write(&args.output, &section, &results::history_line(&setup, &rows, &note))?;
-        results::write_summary(&args.readme, &results::summary(&setup, &rows)?)?;
-        eprintln!("wrote {} and {}", args.output.display(), args.readme.display());
+        results::write_summary(&args.summary, &results::summary(&setup, &rows)?)?;
+        eprintln!("wrote {} and {}", args.output.display(), args.summary.display());
     }
     std::fs::remove_dir_all(&work).ok();
     Ok(())
@@ -281,7 +281,7 @@ fn storm_check(conninfo: &str, events: usize, copies: usize, report: &Report) ->
 pub(crate) fn commit() -> String {
     let head = git(&["rev-parse", "--short", "HEAD"]);
     let clean = std::process::Command::new("git")
-        .args(["diff", "--quiet", "HEAD", "--", ".", ":!bench/RESULTS.md", ":!README.md"])
+        .args(["diff", "--quiet", "HEAD", "--", ".", ":!bench/RESULTS.md", ":!docs/performance.md"])
         .status()
         .is_ok_and(|status| status.success());
     if clean { head } else { format!("{head} with uncommitted changes") }

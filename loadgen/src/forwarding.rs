@@ -16,7 +16,7 @@
 //!   the process's high-water mark.
 //!
 //! The results go to bench/RESULTS.md between `<!-- forwarding:start -->`
-//! and `<!-- forwarding:end -->`, and the README's summary between
+//! and `<!-- forwarding:end -->`, and the summary in docs/performance.md between
 //! `<!-- forwarding:summary:start -->` and `<!-- forwarding:summary:end -->`.
 
 use std::collections::HashMap;
@@ -79,8 +79,8 @@ pub struct ForwardingArgs {
     #[arg(long, default_value = "bench/RESULTS.md")]
     output: PathBuf,
     /// Markdown file whose forwarding summary is replaced.
-    #[arg(long, default_value = "README.md")]
-    readme: PathBuf,
+    #[arg(long, default_value = "docs/performance.md")]
+    summary: PathBuf,
     /// Print the results and change no file.
     #[arg(long)]
     no_write: bool,
@@ -290,14 +290,15 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
             Ok(std::fs::write(path, updated)?)
         };
         write(&args.output, SECTION, &section)?;
-        write(&args.readme, SUMMARY, &measured.summary(&args))?;
-        eprintln!("wrote {} and {}", args.output.display(), args.readme.display());
+        write(&args.summary, SUMMARY, &measured.summary(&args))?;
+        eprintln!("wrote {} and {}", args.output.display(), args.summary.display());
     }
     Ok(())
 }
 
-const SECTION: (&str, &str) = ("<!-- forwarding:start -->", "<!-- forwarding:end -->");
-const SUMMARY: (&str, &str) = ("<!-- forwarding:summary:start -->", "<!-- forwarding:summary:end -->");
+pub(crate) const SECTION: (&str, &str) = ("<!-- forwarding:start -->", "<!-- forwarding:end -->");
+pub(crate) const SUMMARY: (&str, &str) =
+    ("<!-- forwarding:summary:start -->", "<!-- forwarding:summary:end -->");
 
 /// Sends `count` unique events at `rate` per second, each at its own time
 /// (from as many connections as being late needs), whatever the answers take.
@@ -441,7 +442,7 @@ impl Measured {
         md
     }
 
-    /// The README's lines.
+    /// The summary's line, for docs/performance.md.
     fn summary(&self, args: &ForwardingArgs) -> String {
         let (rate, _, _, ratio) = self.spreads();
         format!(

@@ -1,5 +1,5 @@
 //! The benchmark's results as markdown: the tables of bench/RESULTS.md,
-//! its history line, and the README's summary, each written between
+//! its history line, and the summary in docs/performance.md, each written between
 //! markers so that a rerun replaces exactly what it measured.
 
 use std::fmt::Write as _;
@@ -434,7 +434,7 @@ pub fn history_line(setup: &Setup, rows: &[Row], note: &str) -> String {
 
 const HISTORY_HEADER: &str = "| date | commit | note | runs | service ÷ ceiling (median; clients, or effects and clients) | service CPU µs per delivery (median) | other processes, most (% of the machine) |\n|---|---|---|---|---|---|---|\n";
 
-/// The README's performance table.
+/// The performance table of docs/performance.md.
 pub fn summary(setup: &Setup, rows: &[Row]) -> anyhow::Result<String> {
     let mut md = String::new();
     writeln!(
@@ -472,9 +472,9 @@ pub fn summary(setup: &Setup, rows: &[Row]) -> anyhow::Result<String> {
     Ok(md)
 }
 
-const RESULTS: (&str, &str) = ("<!-- bench:start -->", "<!-- bench:end -->");
-const HISTORY: (&str, &str) = ("<!-- bench:history:start -->", "<!-- bench:history:end -->");
-const SUMMARY: (&str, &str) = ("<!-- bench:summary:start -->", "<!-- bench:summary:end -->");
+pub(crate) const RESULTS: (&str, &str) = ("<!-- bench:start -->", "<!-- bench:end -->");
+pub(crate) const HISTORY: (&str, &str) = ("<!-- bench:history:start -->", "<!-- bench:history:end -->");
+pub(crate) const SUMMARY: (&str, &str) = ("<!-- bench:summary:start -->", "<!-- bench:summary:end -->");
 
 /// Replaces the results section of `path` (creating the file if need be)
 /// and adds `history` as the last line of its history table, keeping the
@@ -498,7 +498,7 @@ pub fn write(path: &Path, section: &str, history: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Replaces the performance summary between the README's markers.
+/// Replaces the performance summary between its markers in `path`.
 pub fn write_summary(path: &Path, summary: &str) -> anyhow::Result<()> {
     let text = replace_between(&std::fs::read_to_string(path)?, SUMMARY, summary, path)?;
     std::fs::write(path, text)?;

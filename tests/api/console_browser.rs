@@ -3,7 +3,7 @@
 //! sees and does, and what a hostile payload cannot do.
 //!
 //! With `CONSOLE_SCREENSHOTS=<folder>` set, the overview and event pages are
-//! saved there as PNGs (`scripts/screenshots` writes the README's, `docs/`).
+//! saved there as PNGs (`scripts/screenshots` writes docs/console.md's, `docs/`).
 
 use serde_json::{Value, json};
 
