@@ -352,7 +352,7 @@ fn render(
     Ok(md)
 }
 
-const MARKERS: (&str, &str) = ("<!-- console:start -->", "<!-- console:end -->");
+pub(crate) const MARKERS: (&str, &str) = ("<!-- console:start -->", "<!-- console:end -->");
 
 /// Replaces the text between the console markers in `path`.
 fn write_section(path: &std::path::Path, markdown: &str) -> anyhow::Result<()> {

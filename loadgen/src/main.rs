@@ -184,3 +184,36 @@ impl Prepared {
         Ok((Report::new(&samples, started.elapsed()), samples))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Each file a measurement writes by default holds the markers it writes
+    /// between, so that a section moved without its writer fails here, not
+    /// at the end of a long run.
+    #[test]
+    fn every_default_output_holds_its_markers() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let cli = Cli::command();
+        for (subcommand, arg, markers) in [
+            ("bench", "output", &[results::RESULTS, results::HISTORY][..]),
+            ("bench", "summary", &[results::SUMMARY]),
+            ("forwarding", "output", &[forwarding::SECTION]),
+            ("forwarding", "summary", &[forwarding::SUMMARY]),
+            ("console", "output", &[console::MARKERS]),
+            ("retention", "output", &[retention::MARKERS]),
+        ] {
+            let sub = cli.find_subcommand(subcommand).unwrap();
+            let arg = sub.get_arguments().find(|a| a.get_id() == arg).unwrap();
+            let path = arg.get_default_values()[0].to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(root.join(&path)).unwrap();
+            for (start, end) in markers {
+                let at = text.find(start).unwrap_or_else(|| panic!("{path} lacks {start}"));
+                assert!(text[at..].contains(end), "{path} lacks {end} after {start}");
+            }
+        }
+    }
+}

@@ -32,7 +32,8 @@ use crate::service::{Binary, PADDLE_SECRET, Service};
 use archive::{apply_baseline_migrations, fill, partition_names};
 use hot_reads::explain_hot_reads;
 use purge::{Purges, cli};
-use report::{Facts, MARKERS, render};
+pub(crate) use report::MARKERS;
+use report::{Facts, render};
 
 /// The last commit before the archive was partitioned: its `purge` deleted
 /// old rows in batches of 1000, one transaction each.

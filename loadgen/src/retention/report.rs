@@ -189,4 +189,4 @@ pub(super) fn render(
     Ok(md)
 }
 
-pub(super) const MARKERS: (&str, &str) = ("<!-- retention:start -->", "<!-- retention:end -->");
+pub(crate) const MARKERS: (&str, &str) = ("<!-- retention:start -->", "<!-- retention:end -->");
