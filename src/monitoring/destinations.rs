@@ -1,6 +1,7 @@
 //! Per-destination metrics: attempts by outcome and their latency, counted
-//! as they happen; the backlog, dead jobs and each destination's state,
-//! read from the database at scrape time (with the other database gauges).
+//! as they happen; the backlog, dead jobs, each destination's state and
+//! since when it is paused or disabled, read from the database at scrape
+//! time (with the other database gauges).
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ pub(super) const ATTEMPT_DURATION: &str = "webhook_destination_attempt_duration_
 pub(super) const JOBS: &str = "webhook_destination_jobs";
 pub(super) const OLDEST_PENDING: &str = "webhook_destination_oldest_pending_age_seconds";
 pub(super) const STATE: &str = "webhook_destination_state";
+pub(super) const STOPPED: &str = "webhook_destination_stopped_seconds";
 
 /// Every `outcome` label value of an attempt (`sender::Attempt::kind`).
 pub const ATTEMPT_OUTCOMES: [&str; 5] = ["sent", "http_error", "gone", "timeout", "network"];
@@ -21,6 +23,11 @@ pub const ATTEMPT_OUTCOMES: [&str; 5] = ["sent", "http_error", "gone", "timeout"
 /// Every `state` label value of [`STATE`]: the gauge of the destination's
 /// current state is 1, the others 0.
 const STATES: [&str; 5] = ["running", "paused", "disabled", "circuit_open", "circuit_half_open"];
+
+/// Every `state` label value of [`STOPPED`]: the states that last until an
+/// operator resumes the destination, so how long one has lasted is worth
+/// an alert (a `for:` duration would restart with every failed scrape).
+const STOPPED_STATES: [&str; 2] = ["paused", "disabled"];
 
 /// One destination's handles.
 pub struct DestinationMetrics {
@@ -31,6 +38,8 @@ pub struct DestinationMetrics {
     dead: Gauge,
     oldest_pending: Gauge,
     states: Vec<Gauge>,
+    /// Paused, disabled: in the order of [`STOPPED_STATES`].
+    stopped: [Gauge; 2],
 }
 
 impl Named for DestinationMetrics {
@@ -54,6 +63,7 @@ impl DestinationMetrics {
             dead: gauge(JOBS, Some(("status", "dead"))),
             oldest_pending: gauge(OLDEST_PENDING, None),
             states: STATES.iter().map(|s| gauge(STATE, Some(("state", s)))).collect(),
+            stopped: STOPPED_STATES.map(|s| gauge(STOPPED, Some(("state", s)))),
         }
     }
 
@@ -72,6 +82,9 @@ impl DestinationMetrics {
         for (gauge, state) in self.states.iter().zip(STATES) {
             gauge.set(if state == row.state { 1.0 } else { 0.0 });
         }
+        let [paused, disabled] = &self.stopped;
+        paused.set(row.paused_seconds);
+        disabled.set(row.disabled_seconds);
     }
 }
 
@@ -85,6 +98,10 @@ pub(super) struct Row {
     oldest_pending: f64,
     /// One of [`STATES`].
     state: String,
+    /// Seconds since it was paused (0: it is not).
+    paused_seconds: f64,
+    /// Seconds since it answered 410 and was disabled (0: it is not).
+    disabled_seconds: f64,
 }
 
 /// Every destination's backlog and state, in one query over the partial
@@ -101,7 +118,9 @@ pub(super) async fn query(pool: &PgPool) -> sqlx::Result<Vec<Row>> {
                      WHEN d.disabled_at IS NOT NULL THEN 'disabled'
                      WHEN d.circuit_open_until > now() THEN 'circuit_open'
                      WHEN d.circuit_open_until IS NOT NULL THEN 'circuit_half_open'
-                     ELSE 'running' END AS state
+                     ELSE 'running' END AS state,
+                coalesce(extract(epoch FROM now() - d.paused_at)::float8, 0) AS paused_seconds,
+                coalesce(extract(epoch FROM now() - d.disabled_at)::float8, 0) AS disabled_seconds
          FROM destinations d",
     )
     .fetch_all(pool)

@@ -91,6 +91,12 @@ impl Metrics {
         self.providers.get(name, || ProviderMetrics::register(&self.recorder, name))
     }
 
+    /// Notes that this process reconciles `provider` every `interval`, so
+    /// that an alert can tell when its last run is overdue.
+    pub fn reconciliation_scheduled(&self, provider: &str, interval: Duration) {
+        reconciliation::schedule(&self.recorder, provider, interval);
+    }
+
     /// Counts one of this process's reconciliation runs of `provider`:
     /// `ok`, `failed`, or `busy` (another process was reconciling it).
     pub fn reconciliation_run(&self, provider: &str, outcome: &'static str) {
@@ -215,6 +221,11 @@ fn describe(recorder: &PrometheusRecorder) {
         "When the provider's last reconciliation run ended (unix time), any process's.",
     );
     describe(
+        INTERVAL,
+        Some(Unit::Seconds),
+        "RECONCILE_INTERVAL_SECS, for each provider this process reconciles periodically (absent: it does not).",
+    );
+    describe(
         LAST_SUCCESS,
         None,
         "1 when the provider's last reconciliation run succeeded, 0 when it failed.",
@@ -240,6 +251,11 @@ fn describe(recorder: &PrometheusRecorder) {
         STATE,
         None,
         "1 for the destination's current state: running, paused, disabled (it answered 410), circuit_open, circuit_half_open.",
+    );
+    describe(
+        STOPPED,
+        Some(Unit::Seconds),
+        "Seconds since the destination was paused (state=paused) or disabled by a 410 (state=disabled); 0: it is not.",
     );
     describe(POOL_CONNECTIONS, None, "Open database connections, idle or in use.");
     describe(POOL_MAX, None, "The database pool's maximum size.");

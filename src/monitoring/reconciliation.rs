@@ -1,7 +1,9 @@
 //! Reconciliation's metrics: this process's runs by outcome, counted as
-//! they end; and, read from `reconciliation_state` at scrape time (so every
+//! they end, and how often it reconciles; and, read from `reconciliation_state` at scrape time (so every
 //! replica's runs and the CLI's count), the events recovered and the last
 //! run's time and result.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use metrics::{Key, Label, Recorder};
@@ -12,6 +14,7 @@ pub(super) const RUNS: &str = "webhook_reconcile_runs_total";
 pub(super) const RECOVERED: &str = "webhook_reconcile_recovered_events_total";
 pub(super) const LAST_RUN: &str = "webhook_reconcile_last_run_timestamp_seconds";
 pub(super) const LAST_SUCCESS: &str = "webhook_reconcile_last_run_success";
+pub(super) const INTERVAL: &str = "webhook_reconcile_interval_seconds";
 
 use super::registry::METADATA;
 
@@ -25,6 +28,11 @@ fn key(metric: &'static str, provider: &str, outcome: Option<&'static str>) -> K
 /// `busy` (another process held the provider).
 pub(super) fn count_run(recorder: &PrometheusRecorder, provider: &str, outcome: &'static str) {
     recorder.register_counter(&key(RUNS, provider, Some(outcome)), &METADATA).increment(1);
+}
+
+/// Notes that this process reconciles `provider` every `interval`.
+pub(super) fn schedule(recorder: &PrometheusRecorder, provider: &str, interval: Duration) {
+    recorder.register_gauge(&key(INTERVAL, provider, None), &METADATA).set(interval.as_secs_f64());
 }
 
 /// A provider's row, as the gauges read it.

@@ -28,6 +28,7 @@ pub fn spawn(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let provider = log.provider();
+        metrics.reconciliation_scheduled(provider, interval);
         let options = Options::default();
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -232,6 +232,31 @@ async fn a_410_is_counted_as_gone_and_the_metrics_show_the_destination_disabled(
 }
 
 #[tokio::test]
+async fn metrics_say_how_long_a_destination_has_been_paused_and_disabled() {
+    let app = forwarding_app(destination("http://127.0.0.1:9/never", "")).await;
+    let gauge = |metrics: &str, state: &str| -> f64 {
+        let prefix = format!("webhook_destination_stopped_seconds{{destination=\"app\",state=\"{state}\"}} ");
+        let value = metrics.lines().find_map(|line| line.strip_prefix(&prefix));
+        value.unwrap_or_else(|| panic!("no {prefix}in:\n{metrics}")).parse().unwrap()
+    };
+    let running = app.metrics().await;
+    assert_eq!((gauge(&running, "paused"), gauge(&running, "disabled")), (0.0, 0.0));
+
+    // Paused two hours ago, disabled (a 410) ten minutes ago.
+    sqlx::query(
+        "UPDATE destinations SET paused_at = now() - interval '2 hours', disabled_at = now() - interval '10 minutes'",
+    )
+    .execute(app.pool())
+    .await
+    .unwrap();
+    // The database gauges are read at most every 10 s: a replica reads them now.
+    let (replica, _) = app.replica_with(TestConfig { destinations: None, ..TestConfig::default() }).await;
+    let stopped = replica.metrics.render(&replica.pool).await;
+    assert!((7200.0..7260.0).contains(&gauge(&stopped, "paused")), "{stopped}");
+    assert!((600.0..660.0).contains(&gauge(&stopped, "disabled")), "{stopped}");
+}
+
+#[tokio::test]
 async fn retention_purges_old_attempts_and_sent_jobs_keeps_dead_ones_as_long_as_failed_rows_and_never_pending_ones()
  {
     let app = forwarding_app(destination("http://127.0.0.1:9/never", "")).await;

@@ -575,6 +575,21 @@ async fn while_a_run_reads_the_gauges_keep_the_last_finished_one_and_the_admin_a
     assert!(last_run_at >= first_end.timestamp() as f64, "{metrics}");
 }
 
+/// The APIs `serve` reads with Paddle's key set, Paddle's being `api`.
+pub fn paddle_config(api: &FakeApi) -> ApiConfig {
+    ApiConfig {
+        paddle_api_key: Some(API_KEY.into()),
+        paddle_api_url: api.url().parse().unwrap(),
+        stripe_api_key: None,
+        stripe_api_url: "http://127.0.0.1:9".parse().unwrap(),
+        github_api_token: None,
+        github_api_url: "http://127.0.0.1:9".parse().unwrap(),
+        github_hook_repo: None,
+        github_hook_org: None,
+        github_hook_id: None,
+    }
+}
+
 /// The count of `outcome` runs of paddle this app's process made.
 async fn runs(state: &webhook_inbox::http::AppState, outcome: &str) -> u64 {
     let line = format!(r#"webhook_reconcile_runs_total{{provider="paddle",outcome="{outcome}"}} "#);
@@ -591,17 +606,7 @@ async fn two_replicas_reconciling_periodically_never_read_the_same_provider_at_o
     recent["occurred_at"] = chrono::Utc::now().to_rfc3339().into();
     let api = FakeApi::paddle(vec![recent]).await;
     api.close();
-    let config = ApiConfig {
-        paddle_api_key: Some(API_KEY.into()),
-        paddle_api_url: api.url().parse().unwrap(),
-        stripe_api_key: None,
-        stripe_api_url: "http://127.0.0.1:9".parse().unwrap(),
-        github_api_token: None,
-        github_api_url: "http://127.0.0.1:9".parse().unwrap(),
-        github_hook_repo: None,
-        github_hook_org: None,
-        github_hook_id: None,
-    };
+    let config = paddle_config(&api);
     let stop = CancellationToken::new();
     let replicas = [&app.state, &replica];
     let loops: Vec<_> = replicas
@@ -637,4 +642,29 @@ async fn two_replicas_reconciling_periodically_never_read_the_same_provider_at_o
     assert_eq!(api.max_in_flight(), 1, "never two reads of paddle at once");
     assert_eq!(balance(&app).await, 500, "applied once");
     assert_eq!(app.count("SELECT count(*) FROM webhook_events").await, 1);
+}
+
+#[tokio::test]
+async fn a_provider_reconciled_periodically_shows_its_interval_so_that_an_overdue_run_can_be_told() {
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(Vec::new()).await;
+    let stop = CancellationToken::new();
+    let log = paddle_config(&api).log("paddle", client::build()).unwrap();
+    let every = Duration::from_secs(3600);
+    let state = &app.state;
+    let running = periodic::spawn(
+        state.pool.clone(),
+        state.effects.clone(),
+        log,
+        every,
+        state.metrics.clone(),
+        stop.clone(),
+    );
+    until("the run at startup to end", async || runs(state, "ok").await == 1).await;
+
+    let metrics = app.metrics().await;
+    assert_eq!(paddle_gauge(&metrics, "webhook_reconcile_interval_seconds"), Some(3600.0), "{metrics}");
+    assert!(!metrics.contains(r#"webhook_reconcile_interval_seconds{provider="stripe"}"#), "{metrics}");
+    stop.cancel();
+    running.await.unwrap();
 }
