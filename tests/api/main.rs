@@ -5,6 +5,7 @@
 mod support;
 
 mod admin_api;
+mod alert_rules;
 mod availability;
 mod bad_input;
 mod batching;
