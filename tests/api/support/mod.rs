@@ -9,6 +9,7 @@ pub mod database;
 pub mod events;
 pub mod forwarding;
 pub mod outbox;
+pub mod prometheus;
 pub mod provider_api;
 pub mod signing;
 // Shared with the fault suite (`tests/faults`), each using what the other does not.
