@@ -13,16 +13,13 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use webhook_inbox::client;
-use webhook_inbox::reconcile::periodic;
 
 use crate::alert_rules::rules_dir;
-use crate::reconcile::paddle_config;
+use crate::reconcile::reconciling_paddle;
 use crate::support::forwarding::{SECRET, deliver, destination};
 use crate::support::prometheus::{Prometheus, SCRAPE_EVERY};
 use crate::support::provider_api::FakeApi;
 use crate::support::receiver::{Answer, Receiver};
-use crate::support::watch::until;
 use crate::support::*;
 
 const METRICS_TOKEN: &str = "metrics-token-0123456789";
@@ -48,24 +45,10 @@ async fn prometheus_fires_only_the_matching_alerts_and_finds_every_series_of_the
     // The archive's days ahead, which `serve` makes before it listens (the
     // tests' template database was migrated days ago, maybe).
     webhook_inbox::db::partitions::create_ahead(app.pool()).await.unwrap();
-    // Paddle reconciled hourly, as `serve` does with an API key; its first run has ended.
+    // Paddle reconciled hourly, as `serve` does with an API key.
     let api = FakeApi::paddle(Vec::new()).await;
     let stop = CancellationToken::new();
-    let log = paddle_config(&api).log("paddle", client::build()).unwrap();
-    let state = &app.state;
-    let every = Duration::from_secs(3600);
-    let reconciling = periodic::spawn(
-        state.pool.clone(),
-        state.effects.clone(),
-        log,
-        every,
-        state.metrics.clone(),
-        stop.clone(),
-    );
-    until("the first reconciliation to end", async || {
-        app.count("SELECT count(*) FROM reconciliation_state WHERE last_result = 'ok'").await == 1
-    })
-    .await;
+    let reconciling = reconciling_paddle(&app, &api, Duration::from_secs(3600), &stop).await;
     let server = app.listen().await;
     let prometheus = Prometheus::start(server.addr, METRICS_TOKEN, &rules_dir().join("alerts.yml")).await;
 

@@ -576,7 +576,7 @@ async fn while_a_run_reads_the_gauges_keep_the_last_finished_one_and_the_admin_a
 }
 
 /// The APIs `serve` reads with Paddle's key set, Paddle's being `api`.
-pub fn paddle_config(api: &FakeApi) -> ApiConfig {
+fn paddle_config(api: &FakeApi) -> ApiConfig {
     ApiConfig {
         paddle_api_key: Some(API_KEY.into()),
         paddle_api_url: api.url().parse().unwrap(),
@@ -644,13 +644,16 @@ async fn two_replicas_reconciling_periodically_never_read_the_same_provider_at_o
     assert_eq!(app.count("SELECT count(*) FROM webhook_events").await, 1);
 }
 
-#[tokio::test]
-async fn a_provider_reconciled_periodically_shows_its_interval_so_that_an_overdue_run_can_be_told() {
-    let app = TestApp::spawn().await;
-    let api = FakeApi::paddle(Vec::new()).await;
-    let stop = CancellationToken::new();
-    let log = paddle_config(&api).log("paddle", client::build()).unwrap();
-    let every = Duration::from_secs(3600);
+/// Paddle reconciled by `app`'s process every `every` against `api`, as
+/// `serve` does with an API key, until `stop`; once its first run (at
+/// startup) has ended.
+pub async fn reconciling_paddle(
+    app: &TestApp,
+    api: &FakeApi,
+    every: Duration,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let log = paddle_config(api).log("paddle", client::build()).unwrap();
     let state = &app.state;
     let running = periodic::spawn(
         state.pool.clone(),
@@ -661,6 +664,15 @@ async fn a_provider_reconciled_periodically_shows_its_interval_so_that_an_overdu
         stop.clone(),
     );
     until("the run at startup to end", async || runs(state, "ok").await == 1).await;
+    running
+}
+
+#[tokio::test]
+async fn a_provider_reconciled_periodically_shows_its_interval_so_that_an_overdue_run_can_be_told() {
+    let app = TestApp::spawn().await;
+    let api = FakeApi::paddle(Vec::new()).await;
+    let stop = CancellationToken::new();
+    let running = reconciling_paddle(&app, &api, Duration::from_secs(3600), &stop).await;
 
     let metrics = app.metrics().await;
     assert_eq!(paddle_gauge(&metrics, "webhook_reconcile_interval_seconds"), Some(3600.0), "{metrics}");
