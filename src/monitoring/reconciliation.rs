@@ -1,7 +1,7 @@
 //! Reconciliation's metrics: this process's runs by outcome, counted as
-//! they end, and how often it reconciles; and, read from `reconciliation_state` at scrape time (so every
-//! replica's runs and the CLI's count), the events recovered and the last
-//! run's time and result.
+//! they end, and how often it reconciles; and, read from
+//! `reconciliation_state` at scrape time (so every replica's runs and the
+//! CLI's count), the events recovered and the last run's time and result.
 
 use std::time::Duration;
 
