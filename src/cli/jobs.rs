@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use super::table;
 use crate::operations::Since;
-use crate::operations::jobs::{self, Job, JobFilter};
+use crate::operations::jobs::{self, JobFilter, JobSummary};
 
 /// The `jobs` subcommands.
 #[derive(Debug, Subcommand)]
@@ -148,7 +148,7 @@ pub async fn run(pool: &PgPool, command: JobsCommand, out: &mut dyn Write) -> an
     }
 }
 
-fn write_jobs(out: &mut dyn Write, rows: &[Job]) -> std::io::Result<()> {
+fn write_jobs(out: &mut dyn Write, rows: &[JobSummary]) -> std::io::Result<()> {
     let lines: Vec<[String; 8]> = rows
         .iter()
         .map(|job| {

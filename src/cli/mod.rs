@@ -21,7 +21,7 @@ use tracing::Instrument;
 use crate::config::{EffectsConfig, LogFormat, ServeConfig};
 use crate::db::{Database, DatabaseConfig};
 use crate::destinations::{Declaration, Forwarding};
-use crate::inbox::Effects;
+use crate::inbox::RoutingTable;
 
 /// The `--help` heading of the options every subcommand takes besides the
 /// database's, so that a subcommand's own options stand apart from them.
@@ -129,17 +129,17 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
 /// applies again, and (for the CLI's reprocess; `serve` adds its running
 /// queues) where events are forwarded. Warns when no price is listed: every
 /// Paddle subscription or renewal with items then fails until its prices are.
-fn effects(config: &EffectsConfig, declaration: &Declaration) -> Effects {
+fn routing(config: &EffectsConfig, declaration: &Declaration) -> RoutingTable {
     if config.paddle_price_credits.is_empty() {
         tracing::warn!(
             "PADDLE_PRICE_CREDITS is empty: Paddle subscriptions and renewals fail (archived FAILED) until \
              their prices are listed"
         );
     }
-    let effects = crate::effects::all(config.paddle_price_credits.clone());
+    let routing = crate::effects::all(config.paddle_price_credits.clone());
     match declaration.is_empty() {
-        true => effects,
-        false => effects.with_destinations(std::sync::Arc::new(Forwarding::declared(declaration.clone()))),
+        true => routing,
+        false => routing.with_destinations(std::sync::Arc::new(Forwarding::declared(declaration.clone()))),
     }
 }
 

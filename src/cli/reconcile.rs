@@ -77,9 +77,9 @@ pub async fn run(
         }
         Err(error) => return Err(error.into()),
     };
-    let effects = super::effects(&args.effects, declaration);
+    let routing = super::routing(&args.effects, declaration);
     let options = Options { since: args.since.map(|Since(at)| at), dry_run: args.dry_run };
-    let summary = log.reconcile(pool, &effects, &options).await?;
+    let summary = log.reconcile(pool, &routing, &options).await?;
     match args.json {
         true => json_line(out, &summary)?,
         false => text(out, &summary)?,

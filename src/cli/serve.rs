@@ -34,7 +34,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let providers = Registry::configure(&config.providers, config.signature_tolerance_secs)?;
     // The running queues' destinations are added below (`with_forwarding`).
-    let effects = super::effects(&config.effects, &Declaration::default());
+    let routing = super::routing(&config.effects, &Declaration::default());
     let known: Vec<&str> =
         providers::BUILT_IN.iter().map(|spec| spec.name).chain(providers.names()).collect();
     declaration.check_providers(&known)?;
@@ -70,7 +70,7 @@ pub async fn run(
     let mut state = AppState::new(
         db.pool.clone(),
         providers,
-        effects,
+        routing,
         Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
     );
     if let Some(token) = admin_token {
@@ -172,7 +172,7 @@ fn reconcilers(config: &PeriodicConfig, state: &AppState, stop: &CancellationTok
             );
             periodic::spawn(
                 state.pool.clone(),
-                state.effects.clone(),
+                state.routing.clone(),
                 log,
                 interval,
                 state.metrics.clone(),

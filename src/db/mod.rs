@@ -62,7 +62,7 @@ impl Database {
     /// it and nobody else uses it.
     ///
     /// Why bounded: a delivery still running after the shutdown grace period
-    /// (a hung handler, a long lock wait) holds its connection; waiting for
+    /// (a hung effect, a long lock wait) holds its connection; waiting for
     /// it would make the grace period no bound at all. Abandoned, its
     /// transaction rolls back when its session ends with the process.
     pub async fn close(self) {

@@ -34,9 +34,9 @@ impl Declaration {
     }
 }
 
-/// A claimed job, with what its request needs.
+/// A forwarding job its destination's queue claimed, with what its request needs.
 #[derive(Debug, sqlx::FromRow)]
-pub struct Claimed {
+pub struct ClaimedJob {
     /// The job.
     pub id: i64,
     /// Proves the claim is still ours when recording.
@@ -58,7 +58,7 @@ pub struct Claimed {
     pub body: Bytes,
 }
 
-impl crate::queue::Job for Claimed {
+impl crate::queue::ClaimedRow for ClaimedJob {
     type Id = i64;
 
     fn id(&self) -> i64 {

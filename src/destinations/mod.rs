@@ -4,7 +4,7 @@
 //! signing secret, which events (`patterns`). When an event is recorded for
 //! the first time, one job per destination that wants it is inserted in the
 //! same transaction as its dedup row (`jobs`), so a duplicate never makes a
-//! second one and a rolled-back handler takes its jobs with it. Each
+//! second one and a rolled-back effect takes its jobs with it. Each
 //! destination is then a queue of the engine (`queue`): its jobs are sent,
 //! signed the Standard Webhooks way (`signer`), as one HTTP request each
 //! (`sender`), retried on the destination's schedule, in order per entity

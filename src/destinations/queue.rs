@@ -11,10 +11,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection, PgConnection};
 
 use super::declaration::{Destination, Ordering};
-use super::jobs::Claimed;
-use super::sender::{self, Attempt, Outgoing};
+use super::jobs::ClaimedJob;
+use super::sender::{self, Attempt, ForwardedEvent};
 use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
-use crate::queue::{Done, Outcome, Queue, Schedule};
+use crate::queue::{Done, Queue, Schedule, Verdict};
 
 /// A lease outlasts the request's timeout by this much: room for the
 /// record after it, beyond the engine's own margin.
@@ -145,7 +145,7 @@ const RECORD: &str = concat!(
 );
 
 impl Queue for DestinationQueue {
-    type Job = Claimed;
+    type Row = ClaimedJob;
     type Attempt = Attempt;
 
     fn name(&self) -> &str {
@@ -170,10 +170,10 @@ impl Queue for DestinationQueue {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: usize,
-    ) -> sqlx::Result<Vec<Claimed>> {
+    ) -> sqlx::Result<Vec<ClaimedJob>> {
         let destination = &*self.destination;
         let claim = |sql: &'static str| {
-            sqlx::query_as::<_, Claimed>(sql)
+            sqlx::query_as::<_, ClaimedJob>(sql)
                 .bind(now)
                 .bind(lease_until)
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -201,8 +201,8 @@ impl Queue for DestinationQueue {
         }
     }
 
-    async fn send(&self, job: &Claimed) -> Attempt {
-        let outgoing = Outgoing {
+    async fn send(&self, job: &ClaimedJob) -> Attempt {
+        let outgoing = ForwardedEvent {
             provider: &job.provider,
             event_type: &job.event_type,
             event_id: &job.event_id,
@@ -213,7 +213,7 @@ impl Queue for DestinationQueue {
         sender::send(&self.client, &self.destination, &outgoing, Utc::now()).await
     }
 
-    async fn record(&self, conn: &mut PgConnection, done: &[Done<Claimed, Attempt>]) -> sqlx::Result<()> {
+    async fn record(&self, conn: &mut PgConnection, done: &[Done<ClaimedJob, Attempt>]) -> sqlx::Result<()> {
         // The circuit counts consecutive failures, in the order the sends ended.
         let last_success = done.iter().rposition(|d| d.attempt.error.is_none());
         let failures_after = done[last_success.map_or(0, |i| i + 1)..].len() as i32;
@@ -228,7 +228,7 @@ impl Queue for DestinationQueue {
         bind_record(sqlx::query(RECORD), done)
             .bind(&self.destination.name)
             .bind(done.iter().map(|d| d.started_at).collect::<Vec<_>>())
-            .bind(done.iter().map(|d| d.job.attempts).collect::<Vec<_>>())
+            .bind(done.iter().map(|d| d.row.attempts).collect::<Vec<_>>())
             .bind(done.iter().map(|d| d.duration.as_secs_f64() * 1000.0).collect::<Vec<_>>())
             .bind(done.iter().map(|d| d.attempt.status.map(|s| s as i16)).collect::<Vec<_>>())
             .bind(done.iter().map(|d| d.attempt.body.as_str()).collect::<Vec<_>>())
@@ -242,7 +242,7 @@ impl Queue for DestinationQueue {
         Ok(())
     }
 
-    fn span(&self, job: &Claimed) -> tracing::Span {
+    fn span(&self, job: &ClaimedJob) -> tracing::Span {
         tracing::info_span!(
             "forward",
             job_id = job.id,
@@ -253,18 +253,18 @@ impl Queue for DestinationQueue {
         )
     }
 
-    fn report(&self, done: &Done<Claimed, Attempt>) {
+    fn report(&self, done: &Done<ClaimedJob, Attempt>) {
         if let Some(metrics) = &self.metrics {
             metrics.attempted(done.attempt.kind(), done.duration);
         }
         let status = done.attempt.status;
         let error = done.attempt.error.as_deref().unwrap_or_default();
-        match done.outcome {
-            Outcome::Sent => tracing::info!(?status, "event forwarded"),
-            Outcome::Retry(retry_at) => {
+        match done.verdict {
+            Verdict::Sent => tracing::info!(?status, "event forwarded"),
+            Verdict::Retry(retry_at) => {
                 tracing::warn!(?status, error, %retry_at, "forward failed, will retry")
             }
-            Outcome::Dead => {
+            Verdict::Dead => {
                 tracing::error!(?status, error, "forward failed and no attempt is left: the job is dead")
             }
         }

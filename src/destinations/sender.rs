@@ -23,14 +23,14 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 
 use super::declaration::Destination;
 use super::signer::{message_id, signature_header};
-use crate::queue::Failure;
+use crate::queue::SendFailure;
 
 /// How much of a response body an attempt keeps.
 pub const KEPT_BODY_BYTES: usize = 1024;
 
-/// The event one request carries.
+/// The event one forwarding request carries, and which attempt it is.
 #[derive(Debug, Clone)]
-pub struct Outgoing<'a> {
+pub struct ForwardedEvent<'a> {
     /// The provider that sent it to us.
     pub provider: &'a str,
     /// The provider's event type.
@@ -79,9 +79,9 @@ impl Attempt {
 }
 
 impl crate::queue::Attempt for Attempt {
-    fn failure(&self) -> Option<Failure<'_>> {
+    fn failure(&self) -> Option<SendFailure<'_>> {
         let error = self.error.as_deref()?;
-        Some(Failure { error, retry_after: self.retry_after })
+        Some(SendFailure { error, retry_after: self.retry_after })
     }
 }
 
@@ -92,7 +92,7 @@ const NO_ANSWER: &str = "no answer within";
 pub async fn send(
     client: &reqwest::Client,
     destination: &Destination,
-    event: &Outgoing<'_>,
+    event: &ForwardedEvent<'_>,
     now: DateTime<Utc>,
 ) -> Attempt {
     let id = message_id(&destination.name, event.provider, event.event_id);

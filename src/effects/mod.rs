@@ -24,8 +24,8 @@ use crate::inbox::{self, EffectError};
 use billing::PriceCredits;
 
 /// The service's effects, configured: every domain's.
-pub fn all(price_credits: PriceCredits) -> inbox::Effects {
-    let effects = inbox::Effects::default();
+pub fn all(price_credits: PriceCredits) -> inbox::RoutingTable {
+    let effects = inbox::RoutingTable::default();
     let effects = billing::register(effects, price_credits);
     accounts::register(effects)
 }

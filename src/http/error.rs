@@ -36,10 +36,12 @@ pub enum ApiError {
     /// The provider has no secret configured: 503, so it retries once it is.
     #[error("provider {0} is not configured")]
     ProviderDisabled(String),
-    /// The handler failed; archived FAILED: 500, so the provider retries.
+    /// The event's effect failed; archived FAILED: 500, so the provider retries.
+    /// The reason still says "handler", the word of the first releases:
+    /// kept as it is, since providers' dashboards and alerts may match it.
     #[error("event handler failed; the delivery is archived as FAILED")]
-    HandlerFailed {
-        /// The event whose handler failed.
+    EffectFailed {
+        /// The event whose effect failed.
         event_id: String,
     },
     /// The transaction could not run; nothing was committed.
@@ -73,7 +75,7 @@ pub enum ApiError {
     /// The route exists but not with this method: 405.
     #[error("method not allowed")]
     MethodNotAllowed,
-    /// A bug (e.g. a panic outside a handler): 500.
+    /// A bug (e.g. a panic outside an effect): 500.
     #[error("internal error")]
     Internal,
 }
@@ -105,9 +107,9 @@ impl ApiError {
             ApiError::Inbox(InboxError::UnstorablePayload) => StatusCode::BAD_REQUEST,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::HandlerFailed { .. }
-            | ApiError::Inbox(InboxError::Database(_))
-            | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::EffectFailed { .. } | ApiError::Inbox(InboxError::Database(_)) | ApiError::Internal => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -115,7 +117,7 @@ impl ApiError {
     pub fn outcome(&self) -> &'static str {
         match self {
             ApiError::Unauthorized(_) | ApiError::BadToken(_) => "rejected",
-            ApiError::HandlerFailed { .. } => "failed",
+            ApiError::EffectFailed { .. } => "failed",
             ApiError::Inbox(InboxError::Busy | InboxError::Contended(_)) => "busy",
             ApiError::Inbox(
                 InboxError::Unavailable(_)
@@ -147,7 +149,7 @@ impl IntoResponse for ApiError {
         }
         let status = self.status_code();
         let body = match &self {
-            ApiError::HandlerFailed { event_id } => {
+            ApiError::EffectFailed { event_id } => {
                 json!({ "error": self.to_string(), "event_id": event_id })
             }
             _ => json!({ "error": self.to_string() }),

@@ -23,7 +23,7 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::destinations::Forwarding;
-use crate::inbox::{Effects, Workers};
+use crate::inbox::{RoutingTable, Workers};
 use crate::monitoring::Metrics;
 use crate::providers::{self, Registry};
 pub use auth::{BearerToken, InvalidToken};
@@ -49,7 +49,7 @@ pub struct AppState {
     /// The enabled providers.
     pub providers: Arc<Registry>,
     /// Which events have side effects, and which: routes each delivery to its lane.
-    pub effects: Arc<Effects>,
+    pub routing: Arc<RoutingTable>,
     /// Bounds on request bodies.
     pub limits: Limits,
     /// The workers that run deliveries on their own connections; shutdown
@@ -70,13 +70,13 @@ pub struct AppState {
 
 impl AppState {
     /// State with no deliveries in flight yet.
-    pub fn new(pool: PgPool, providers: Registry, effects: Effects, limits: Limits) -> Self {
+    pub fn new(pool: PgPool, providers: Registry, routing: RoutingTable, limits: Limits) -> Self {
         let metrics = Metrics::new(&providers.names());
         AppState {
             workers: Workers::start(pool.clone(), metrics.batch_fallbacks()),
             metrics,
             providers: Arc::new(providers),
-            effects: Arc::new(effects),
+            routing: Arc::new(routing),
             limits,
             pool,
             admin_token: None,
@@ -90,8 +90,8 @@ impl AppState {
     /// the destinations that want its event, besides its effects.
     pub fn with_forwarding(mut self, forwarding: Forwarding) -> Self {
         if !forwarding.declaration.is_empty() {
-            let effects = (*self.effects).clone().with_destinations(Arc::new(forwarding.clone()));
-            self.effects = Arc::new(effects);
+            let routing = (*self.routing).clone().with_destinations(Arc::new(forwarding.clone()));
+            self.routing = Arc::new(routing);
         }
         self.forwarding = forwarding;
         self

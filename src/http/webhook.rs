@@ -16,7 +16,7 @@ use tracing::Span;
 use super::error::ApiError;
 use super::{AppState, request_id};
 use crate::event::Payload;
-use crate::inbox::{Delivery, Outcome, Source};
+use crate::inbox::{Delivery, Recorded, Source};
 use crate::providers;
 
 /// `POST /webhooks/{name}`: receives one delivery for the provider called `name`.
@@ -44,9 +44,9 @@ pub async fn receive(
     let span = Span::current();
     let result = receive_inner(state, &span, provider_name, request).await;
     let outcome = match &result {
-        Ok((Outcome::Processed { .. }, _)) => "processed",
-        Ok((Outcome::Duplicate { .. }, _)) => "duplicate",
-        Ok((Outcome::Failed { .. }, _)) => "failed",
+        Ok((Recorded::Processed { .. }, _)) => "processed",
+        Ok((Recorded::Duplicate { .. }, _)) => "duplicate",
+        Ok((Recorded::Failed { .. }, _)) => "failed",
         Err(error) => error.outcome(),
     };
     span.record("outcome", outcome);
@@ -54,14 +54,15 @@ pub async fn receive(
         metrics.answered(outcome, started.elapsed());
     }
     match result? {
-        (Outcome::Processed { .. }, event_id) => {
+        (Recorded::Processed { .. }, event_id) => {
             Ok(Json(Answer::Processed { event_id, status: "processed" }))
         }
-        (Outcome::Duplicate { .. }, event_id) => Ok(Json(Answer::Duplicate { event_id, idempotent: true })),
-        (Outcome::Failed { archive_id, .. }, event_id) => {
+        (Recorded::Duplicate { .. }, event_id) => Ok(Json(Answer::Duplicate { event_id, idempotent: true })),
+        (Recorded::Failed { archive_id, .. }, event_id) => {
             // The error text may quote the payload: it is in the archive row, not here.
+            // The message keeps the wire reason's word, "handler", which alerts may match.
             tracing::warn!(archive_id, "event handler failed");
-            Err(ApiError::HandlerFailed { event_id })
+            Err(ApiError::EffectFailed { event_id })
         }
     }
 }
@@ -93,7 +94,7 @@ async fn receive_inner(
     span: &Span,
     provider_name: &str,
     request: Request,
-) -> Result<(Outcome, String), ApiError> {
+) -> Result<(Recorded, String), ApiError> {
     let provider = match state.providers.get(provider_name) {
         Some(provider) => provider.clone(),
         None if providers::is_built_in(provider_name) => {
@@ -133,8 +134,8 @@ async fn receive_inner(
     // The rest runs on a delivery worker, to its end even if this request
     // is dropped (the client disconnected): the transaction commits or rolls
     // back as a whole.
-    let outcome = state.workers.deliver(state.effects.route(delivery)).await?;
-    if let Outcome::Processed { .. } = outcome {
+    let outcome = state.workers.deliver(state.routing.route(delivery)).await?;
+    if let Recorded::Processed { .. } = outcome {
         metrics.processed(occurred_at);
     }
     Ok((outcome, event_id))

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use sqlx::PgConnection;
 
-use super::error::Failure;
-use super::{EffectError, InboxError, Outcome, ToApply, archive};
+use super::error::ErrorClass;
+use super::{EffectError, InboxError, Recorded, ToApply, archive};
 
 /// Records a delivery and applies its event's effect exactly once.
 ///
@@ -24,7 +24,7 @@ use super::{EffectError, InboxError, Outcome, ToApply, archive};
 /// holder must then close `conn` (the delivery workers close a connection
 /// whose delivery they abandoned; reconciliation's own connection closes
 /// with it; reprocessing runs in a task of its own, never dropped).
-pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcome, InboxError> {
+pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Recorded, InboxError> {
     // The savepoint is taken before the dedup insert: rolling back to it on an
     // effect's error drops the dedup row and every partial write at once,
     // and keeps the transaction alive to archive the failure. Sent with BEGIN
@@ -36,7 +36,7 @@ pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcom
         .map_err(InboxError::at_first_statement)?;
     match decide(&mut *conn, to_apply).await {
         Ok(outcome) => {
-            if let Outcome::Processed { .. } = outcome {
+            if let Recorded::Processed { .. } = outcome {
                 to_apply.forwards().committed();
             }
             Ok(outcome)
@@ -54,13 +54,13 @@ pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcom
 
 /// Everything of [`apply`] inside its transaction, COMMIT included: the
 /// committed outcome, or why the transaction must roll back.
-async fn decide(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcome, InboxError> {
+async fn decide(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Recorded, InboxError> {
     let delivery = to_apply.delivery();
     // The jobs go in with the dedup row: the savepoint's rollback drops them too.
     let (archive_id, first) = archive::record(&mut *conn, delivery, to_apply.forwards()).await?;
     if !first {
         sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
-        return Ok(Outcome::Duplicate { archive_id });
+        return Ok(Recorded::Duplicate { archive_id });
     }
     // The call is inside the future too, so a panic before its first await is caught.
     let run = async { to_apply.apply_effect(&mut *conn).await };
@@ -74,7 +74,7 @@ async fn decide(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcome, 
         // answered as processed: releasing the savepoint fails instead, and
         // the COMMIT sent with it is then not run.
         Ok(()) => match sqlx::raw_sql("RELEASE SAVEPOINT before_dedup; COMMIT").execute(&mut *conn).await {
-            Ok(_) => return Ok(Outcome::Processed { archive_id }),
+            Ok(_) => return Ok(Recorded::Processed { archive_id }),
             Err(error) if is_transient(&error) => EffectError::Database(error),
             // Which of the two failed: if the savepoint is still there to
             // roll back to, the release did (the effect's failure, archived
@@ -93,8 +93,8 @@ async fn decide(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Outcome, 
         // The database was busy or gone, not the event broken: no FAILED
         // row (operators read those as broken events), nothing committed
         // (the caller rolls back), 503 and a retry.
-        EffectError::Database(error) if is_transient(&error) => Err(match Failure::of(&error) {
-            Failure::Unavailable => InboxError::Unavailable(Arc::new(error)),
+        EffectError::Database(error) if is_transient(&error) => Err(match ErrorClass::of(&error) {
+            ErrorClass::Unavailable => InboxError::Unavailable(Arc::new(error)),
             _ => InboxError::Contended(error),
         }),
         error => {
@@ -110,15 +110,18 @@ async fn record_failure(
     conn: &mut PgConnection,
     to_apply: &ToApply,
     error: String,
-) -> Result<Outcome, InboxError> {
+) -> Result<Recorded, InboxError> {
     let archive_id = archive::record_failure(&mut *conn, to_apply.delivery(), &error).await?;
     sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
-    Ok(Outcome::Failed { archive_id, error })
+    Ok(Recorded::Failed { archive_id, error })
 }
 
 /// Whether an effect's database error says nothing about the event.
 fn is_transient(error: &sqlx::Error) -> bool {
-    matches!(Failure::of(error), Failure::Unavailable | Failure::LockTimeout | Failure::Contention)
+    matches!(
+        ErrorClass::of(error),
+        ErrorClass::Unavailable | ErrorClass::LockTimeout | ErrorClass::Contention
+    )
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

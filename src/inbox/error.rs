@@ -1,4 +1,4 @@
-//! What can go wrong around the transaction. (A handler's own failure is
+//! What can go wrong around the transaction. (An effect's own failure is
 //! archived as FAILED instead, unless the database was only busy or gone.)
 
 use std::sync::Arc;
@@ -49,7 +49,7 @@ pub enum InboxError {
 /// What kind of failure a database error is, decided by SQLSTATE (never
 /// by message text).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
+pub(crate) enum ErrorClass {
     /// The connection is gone or in an unknown state.
     Unavailable,
     /// `lock_timeout` expired.
@@ -62,12 +62,12 @@ pub(crate) enum Failure {
     Other,
 }
 
-impl Failure {
+impl ErrorClass {
     /// Classifies `error`.
-    pub(crate) fn of(error: &sqlx::Error) -> Failure {
+    pub(crate) fn of(error: &sqlx::Error) -> ErrorClass {
         let code = match error {
             // A FATAL or PANIC error ends the session, whatever its code.
-            sqlx::Error::Database(db) if ends_session(db.as_ref()) => return Failure::Unavailable,
+            sqlx::Error::Database(db) if ends_session(db.as_ref()) => return ErrorClass::Unavailable,
             sqlx::Error::Database(db) => db.code(),
             // Protocol: the connection's state is unknown (e.g. a statement's
             // answer that made no sense); treat it as lost.
@@ -76,31 +76,31 @@ impl Failure {
             | sqlx::Error::Protocol(_)
             | sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => return Failure::Unavailable,
+            | sqlx::Error::WorkerCrashed => return ErrorClass::Unavailable,
             _ => None,
         };
         match code.as_deref() {
             // lock_not_available
-            Some("55P03") => Failure::LockTimeout,
+            Some("55P03") => ErrorClass::LockTimeout,
             // deadlock_detected, serialization_failure, query_canceled
             // (statement_timeout, or an operator's cancel)
-            Some("40P01" | "40001" | "57014") => Failure::Contention,
+            Some("40P01" | "40001" | "57014") => ErrorClass::Contention,
             // untranslatable_character, invalid_text_representation,
             // statement_too_complex; and what only a value the parse let
             // through can cause (a backstop): numeric_value_out_of_range,
             // character_not_in_repertoire (a NUL in text),
             // datetime_field_overflow.
-            Some("22P05" | "22P02" | "54001" | "22003" | "22021" | "22008") => Failure::Unstorable,
+            Some("22P05" | "22P02" | "54001" | "22003" | "22021" | "22008") => ErrorClass::Unstorable,
             // Connection exceptions; admin/crash shutdown; cannot connect now;
             // database dropped; idle session timeout; too many connections;
             // idle-in-transaction and transaction timeouts (the session is
             // ended: sqlx may see them as an ERROR that arrived before the
             // FATAL); read-only (a standby after failover).
-            Some(c) if c.starts_with("08") => Failure::Unavailable,
+            Some(c) if c.starts_with("08") => ErrorClass::Unavailable,
             Some("57P01" | "57P02" | "57P03" | "57P04" | "57P05" | "53300" | "25P03" | "25P04" | "25006") => {
-                Failure::Unavailable
+                ErrorClass::Unavailable
             }
-            _ => Failure::Other,
+            _ => ErrorClass::Other,
         }
     }
 }
@@ -152,12 +152,12 @@ impl InboxError {
 
 impl From<sqlx::Error> for InboxError {
     fn from(error: sqlx::Error) -> Self {
-        match Failure::of(&error) {
-            Failure::Unavailable => InboxError::Unavailable(Arc::new(error)),
-            Failure::LockTimeout => InboxError::Busy,
-            Failure::Contention => InboxError::Contended(error),
-            Failure::Unstorable => InboxError::UnstorablePayload,
-            Failure::Other => InboxError::Database(error),
+        match ErrorClass::of(&error) {
+            ErrorClass::Unavailable => InboxError::Unavailable(Arc::new(error)),
+            ErrorClass::LockTimeout => InboxError::Busy,
+            ErrorClass::Contention => InboxError::Contended(error),
+            ErrorClass::Unstorable => InboxError::UnstorablePayload,
+            ErrorClass::Other => InboxError::Database(error),
         }
     }
 }

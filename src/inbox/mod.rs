@@ -2,7 +2,7 @@
 //! archive and the dedup table, and its event's effects committed if and
 //! only if its dedup row is (DESIGN.md "One delivery, step by step").
 //!
-//! [`Effects::route`] decides once whether the event has side effects; the
+//! [`RoutingTable::route`] decides once whether the event has side effects; the
 //! answer is a type. A [`ToRecord`] goes to the recording lane ([`record`],
 //! [`record_together`]: one statement, batched, applies nothing); a
 //! [`ToApply`] to the applying lane ([`apply`]: a transaction with a
@@ -11,25 +11,26 @@
 mod apply;
 mod archive;
 mod delivery;
-mod effects;
 mod error;
 mod forwards;
 mod record;
+mod routing;
 mod workers;
 
 use sqlx::PgConnection;
 
 pub use apply::apply;
 pub use delivery::{Delivery, Source};
-pub use effects::{Effect, EffectError, Effects, Routed, ToApply, ToRecord};
 pub use error::InboxError;
 pub use forwards::{Destinations, Forward, Forwards};
 pub use record::{record, record_together};
+pub use routing::{Effect, EffectError, Routed, RoutingTable, ToApply, ToRecord};
 pub use workers::{MIN_POOL_SIZE, RECORDERS, RESERVED_CONNECTIONS, Workers};
 
-/// What became of a delivery. Every variant has been committed.
+/// What became of a delivery once recorded: processed, a duplicate, or
+/// failed. Every variant has been committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Recorded {
     /// First delivery of the event: its side effects are committed.
     Processed {
         /// The archive row of this delivery.
@@ -50,12 +51,12 @@ pub enum Outcome {
     },
 }
 
-impl Outcome {
-    /// The outcome of a recording: processed if it was the event's first.
-    fn recorded(archive_id: i64, first: bool) -> Outcome {
+impl Recorded {
+    /// A recording's result: processed if it was the event's first.
+    fn of(archive_id: i64, first: bool) -> Recorded {
         match first {
-            true => Outcome::Processed { archive_id },
-            false => Outcome::Duplicate { archive_id },
+            true => Recorded::Processed { archive_id },
+            false => Recorded::Duplicate { archive_id },
         }
     }
 }
@@ -64,7 +65,7 @@ impl Outcome {
 /// (reprocessing, reconciliation). Returns `Ok` only after COMMIT has
 /// returned. Not cancel safe, as [`apply`] is not: dropped half way, it
 /// leaves `conn` inside its transaction, to be closed by its holder.
-pub async fn deliver(conn: &mut PgConnection, delivery: &Routed) -> Result<Outcome, InboxError> {
+pub async fn deliver(conn: &mut PgConnection, delivery: &Routed) -> Result<Recorded, InboxError> {
     match delivery {
         Routed::Record(delivery) => record(conn, delivery).await,
         Routed::Apply(delivery) => apply(conn, delivery).await,

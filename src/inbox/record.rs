@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use sqlx::PgConnection;
 
-use super::{InboxError, Outcome, ToRecord, archive};
+use super::{InboxError, Recorded, ToRecord, archive};
 
 /// Records a delivery, and its jobs if it is its event's first. Nothing can
 /// fail after the dedup insert, so one autocommitted statement is the whole
@@ -15,14 +15,14 @@ use super::{InboxError, Outcome, ToRecord, archive};
 /// run again on a fresh connection, the delivery is recorded, or, if the
 /// statement did commit just before the connection broke, found a
 /// duplicate, as the provider's own retry would find it.
-pub async fn record(conn: &mut PgConnection, delivery: &ToRecord) -> Result<Outcome, InboxError> {
+pub async fn record(conn: &mut PgConnection, delivery: &ToRecord) -> Result<Recorded, InboxError> {
     let (archive_id, first) = archive::record(conn, delivery.delivery(), delivery.forwards())
         .await
         .map_err(InboxError::at_first_statement)?;
     if first {
         delivery.forwards().committed();
     }
-    Ok(Outcome::recorded(archive_id, first))
+    Ok(Recorded::of(archive_id, first))
 }
 
 /// Records several deliveries, each as [`record`] would, in input order, but
@@ -35,8 +35,8 @@ pub async fn record_together(
     conn: &mut PgConnection,
     deliveries: &[&ToRecord],
     fallbacks: &metrics::Counter,
-) -> Vec<Result<Outcome, InboxError>> {
-    let mut results: Vec<Option<Result<Outcome, InboxError>>> = deliveries.iter().map(|_| None).collect();
+) -> Vec<Result<Recorded, InboxError>> {
+    let mut results: Vec<Option<Result<Recorded, InboxError>>> = deliveries.iter().map(|_| None).collect();
     let mut keys = HashSet::new();
     let batch: Vec<usize> = (0..deliveries.len())
         .filter(|&i| {
@@ -53,7 +53,7 @@ pub async fn record_together(
                     if first {
                         deliveries[i].forwards().committed();
                     }
-                    results[i] = Some(Ok(Outcome::recorded(archive_id, first)));
+                    results[i] = Some(Ok(Recorded::of(archive_id, first)));
                 }
             }
             Err(lost) if lost.lost_connection() => return answer_rest(results, &lost),
@@ -92,9 +92,9 @@ pub async fn record_together(
 /// deliveries not yet answered are not known to have committed, so none of
 /// them gets a 2xx.
 fn answer_rest(
-    results: Vec<Option<Result<Outcome, InboxError>>>,
+    results: Vec<Option<Result<Recorded, InboxError>>>,
     error: &InboxError,
-) -> Vec<Result<Outcome, InboxError>> {
+) -> Vec<Result<Recorded, InboxError>> {
     results
         .into_iter()
         .map(|result| result.unwrap_or_else(|| Err(InboxError::connection_lost(error))))

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span};
 
-use super::{InboxError, Outcome, Routed, ToApply, ToRecord, apply, record, record_together};
+use super::{InboxError, Recorded, Routed, ToApply, ToRecord, apply, record, record_together};
 
 /// Connections of the pool left to everything else: one for the outbox
 /// worker (it holds its connection through a round of sends), the others
@@ -95,7 +95,7 @@ impl Workers {
     /// failed). Once a worker has taken it, it runs to its end even if the
     /// caller stops waiting. If no worker takes it within the lane's wait
     /// bound (the pool's acquire timeout), it is given up: `Overloaded`.
-    pub async fn deliver(&self, delivery: Routed) -> Result<Outcome, InboxError> {
+    pub async fn deliver(&self, delivery: Routed) -> Result<Recorded, InboxError> {
         match delivery {
             Routed::Record(delivery) => self.recording.deliver(delivery).await,
             Routed::Apply(delivery) => self.applying.deliver(delivery).await,
@@ -123,8 +123,8 @@ trait Kind: Sized + Send + Sync + 'static {
     fn run<'a>(
         state: &'a Self::State,
         conn: &'a mut PgConnection,
-        jobs: &'a [Job<Self>],
-    ) -> impl Future<Output = Vec<Result<Outcome, InboxError>>> + Send + 'a;
+        jobs: &'a [Queued<Self>],
+    ) -> impl Future<Output = Vec<Result<Recorded, InboxError>>> + Send + 'a;
 }
 
 impl Kind for ToRecord {
@@ -135,8 +135,8 @@ impl Kind for ToRecord {
     async fn run(
         fallbacks: &metrics::Counter,
         conn: &mut PgConnection,
-        jobs: &[Job<Self>],
-    ) -> Vec<Result<Outcome, InboxError>> {
+        jobs: &[Queued<Self>],
+    ) -> Vec<Result<Recorded, InboxError>> {
         if let [job] = jobs {
             return vec![record(conn, &job.delivery).instrument(job.span.clone()).await];
         }
@@ -150,7 +150,11 @@ impl Kind for ToApply {
     type State = ();
 
     /// One at a time, in its request's span.
-    async fn run(_: &(), conn: &mut PgConnection, jobs: &[Job<Self>]) -> Vec<Result<Outcome, InboxError>> {
+    async fn run(
+        _: &(),
+        conn: &mut PgConnection,
+        jobs: &[Queued<Self>],
+    ) -> Vec<Result<Recorded, InboxError>> {
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
             results.push(apply(&mut *conn, &job.delivery).instrument(job.span.clone()).await);
@@ -159,10 +163,10 @@ impl Kind for ToApply {
     }
 }
 
-type Reply = oneshot::Sender<Result<Outcome, InboxError>>;
+type Reply = oneshot::Sender<Result<Recorded, InboxError>>;
 
 /// A delivery waiting in a lane.
-struct Job<K> {
+struct Queued<K> {
     /// Who has the job: the waiting caller may give it up only while no
     /// worker has taken it, so it is either run or refused, never both.
     claim: Arc<AtomicU8>,
@@ -176,7 +180,7 @@ const QUEUED: u8 = 0;
 const TAKEN: u8 = 1;
 const GIVEN_UP: u8 = 2;
 
-impl<K> Job<K> {
+impl<K> Queued<K> {
     /// Takes the job for a worker, unless its caller gave up waiting.
     fn take(&self) -> bool {
         self.claim.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
@@ -184,7 +188,7 @@ impl<K> Job<K> {
 }
 
 struct Lane<K: Kind> {
-    sender: mpsc::Sender<Job<K>>,
+    sender: mpsc::Sender<Queued<K>>,
     shared: Arc<Shared<K>>,
 }
 
@@ -195,7 +199,7 @@ impl<K: Kind> Clone for Lane<K> {
 }
 
 struct Shared<K: Kind> {
-    receiver: Mutex<mpsc::Receiver<Job<K>>>,
+    receiver: Mutex<mpsc::Receiver<Queued<K>>>,
     pool: PgPool,
     state: K::State,
     /// How long a delivery may wait for a worker to take it: the pool's
@@ -229,10 +233,10 @@ impl<K: Kind> Lane<K> {
         Lane { sender, shared }
     }
 
-    async fn deliver(&self, delivery: K) -> Result<Outcome, InboxError> {
+    async fn deliver(&self, delivery: K) -> Result<Recorded, InboxError> {
         let (reply, mut answer) = oneshot::channel();
         let claim = Arc::new(AtomicU8::new(QUEUED));
-        let job = Job { claim: claim.clone(), delivery, span: Span::current(), reply };
+        let job = Queued { claim: claim.clone(), delivery, span: Span::current(), reply };
         self.sender.try_send(job).map_err(|_| InboxError::Overloaded)?;
         let answered = tokio::select! {
             answered = &mut answer => answered,
@@ -258,7 +262,7 @@ impl<K: Kind> Lane<K> {
 async fn work<K: Kind>(shared: Arc<Shared<K>>) {
     let mut held: Option<Held> = None;
     while let Some(jobs) = next(&shared).await {
-        let due: Vec<Job<K>> = jobs.into_iter().filter(Job::take).collect();
+        let due: Vec<Queued<K>> = jobs.into_iter().filter(Queued::take).collect();
         if due.is_empty() {
             continue;
         }
@@ -287,10 +291,10 @@ struct Held {
 async fn run_on<K: Kind>(
     shared: &Shared<K>,
     held: &mut Option<Held>,
-    jobs: Vec<Job<K>>,
+    jobs: Vec<Queued<K>>,
     deadline: tokio::time::Instant,
     retry_stale: bool,
-) -> Vec<Job<K>> {
+) -> Vec<Queued<K>> {
     let (mut current, fresh) = match checked(held.take(), shared.max_wait).await {
         Some(current) => (current, false),
         None => match shared.pool.acquire().await {
@@ -358,9 +362,9 @@ async fn checked(held: Option<Held>, max_wait: Duration) -> Option<Held> {
 async fn answer<K: Kind>(
     state: &K::State,
     conn: &mut PgConnection,
-    jobs: Vec<Job<K>>,
+    jobs: Vec<Queued<K>>,
     retry_stale: bool,
-) -> (bool, Vec<Job<K>>) {
+) -> (bool, Vec<Queued<K>>) {
     let results = K::run(state, conn, &jobs).await;
     let kept = !results.iter().any(|result| result.as_ref().is_err_and(InboxError::lost_connection));
     let mut stale = Vec::new();
@@ -377,7 +381,7 @@ async fn answer<K: Kind>(
 
 /// The next jobs: waits for one, then takes whatever else is queued (up to
 /// the lane's batch) without waiting. `None` once the queue is closed and empty.
-async fn next<K: Kind>(shared: &Shared<K>) -> Option<Vec<Job<K>>> {
+async fn next<K: Kind>(shared: &Shared<K>) -> Option<Vec<Queued<K>>> {
     let mut receiver = shared.receiver.lock().await;
     let first = tokio::select! {
         biased;

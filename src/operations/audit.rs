@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use tracing::instrument;
 
-use super::jobs::Job;
+use super::jobs::JobSummary;
 use super::reprocess::Reprocessed;
 
 /// One recorded action.
@@ -82,7 +82,7 @@ pub async fn record_destination(
 /// Records that `actor` did `action` (`replay`, `replay dead`) to each of
 /// `jobs`, as they are now: one row per job, in one statement.
 #[instrument(skip_all, fields(jobs = jobs.len()))]
-pub async fn record_jobs(pool: &PgPool, actor: &str, action: &str, jobs: &[Job]) -> sqlx::Result<()> {
+pub async fn record_jobs(pool: &PgPool, actor: &str, action: &str, jobs: &[JobSummary]) -> sqlx::Result<()> {
     let rows: Vec<Value> = jobs.iter().map(|job| json!(job)).collect();
     sqlx::query(
         "INSERT INTO console_audit (actor, action, provider, event_id, destination, job_id, outcome)

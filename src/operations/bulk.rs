@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use super::filter::EventFilter;
 use super::query::{self, ArchivedDelivery};
 use super::reprocess::{self, ReprocessError, Reprocessed, Summary};
-use crate::inbox::Effects;
+use crate::inbox::RoutingTable;
 
 /// The events a bulk reprocess would run now.
 #[derive(Debug, Clone, Serialize)]
@@ -44,7 +44,7 @@ pub struct Ran {
 /// event that could not run at all; those before it stay done.
 pub async fn run<Done>(
     pool: &PgPool,
-    effects: &Effects,
+    routing: &RoutingTable,
     plan: &Plan,
     request_id: Option<&str>,
     mut done: impl FnMut(Reprocessed) -> Done,
@@ -54,7 +54,7 @@ where
 {
     let mut ran = Ran { results: Vec::with_capacity(plan.events.len()), summary: Summary::default() };
     for event in &plan.events {
-        let reprocessed = reprocess::reprocess(pool, effects, event.id, request_id).await?;
+        let reprocessed = reprocess::reprocess(pool, routing, event.id, request_id).await?;
         done(reprocessed.clone()).await?;
         ran.summary.add(&reprocessed);
         ran.results.push(reprocessed);

@@ -8,7 +8,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use tracing::instrument;
 
-use crate::destinations::sender::{self, Attempt, Outgoing};
+use crate::destinations::sender::{self, Attempt, ForwardedEvent};
 use crate::destinations::{Declaration, Destination, Ordering, state};
 
 /// One destination: its declaration (when this process has it) and its
@@ -196,7 +196,7 @@ pub async fn send_test(
         "data": { "destination": destination.name, "event_id": event_id },
     })
     .to_string();
-    let event = Outgoing {
+    let event = ForwardedEvent {
         provider: PROVIDER,
         event_type: EVENT_TYPE,
         event_id: &event_id,

@@ -22,7 +22,7 @@ pub enum Status {
     Processed,
     /// A later delivery of an applied event: nothing done.
     Skipped,
-    /// The handler failed: nothing applied.
+    /// The effect failed: nothing applied.
     Failed,
 }
 

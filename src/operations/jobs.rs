@@ -60,7 +60,7 @@ impl JobFilter {
     }
 }
 
-/// The columns of [`Job`], of `destination_jobs` aliased `j`.
+/// The columns of [`JobSummary`], of `destination_jobs` aliased `j`.
 macro_rules! job_columns {
     () => {
         "j.id, j.destination, j.provider, j.event_id, j.event_type, j.status, j.attempts, \
@@ -78,9 +78,9 @@ macro_rules! replay {
     };
 }
 
-/// One job, without its body.
+/// A forwarding job as operators list it: its row without the body.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
-pub struct Job {
+pub struct JobSummary {
     /// The job's id, which `show` and `replay` take.
     pub id: i64,
     /// Where it goes.
@@ -115,7 +115,7 @@ pub async fn list(
     filter: &JobFilter,
     limit: u32,
     before: Option<i64>,
-) -> sqlx::Result<Vec<Job>> {
+) -> sqlx::Result<Vec<JobSummary>> {
     let mut sql =
         QueryBuilder::<Postgres>::new(format!("SELECT {JOB_COLUMNS} FROM destination_jobs j WHERE true"));
     filter.push_conditions(&mut sql);
@@ -148,7 +148,7 @@ pub struct JobAttempt {
 pub struct JobDetail {
     /// The job.
     #[serde(flatten)]
-    pub job: Job,
+    pub job: JobSummary,
     /// Its `webhook-id`, the same on every attempt.
     pub webhook_id: String,
     /// The size of the body it sends.
@@ -165,7 +165,7 @@ pub async fn show(pool: &PgPool, id: i64) -> sqlx::Result<Option<JobDetail>> {
         .fetch_optional(pool)
         .await?;
     let Some((body_bytes,)) = found else { return Ok(None) };
-    let job: Job =
+    let job: JobSummary =
         sqlx::query_as(concat!("SELECT ", job_columns!(), " FROM destination_jobs j WHERE j.id = $1"))
             .bind(id)
             .fetch_one(pool)
@@ -198,8 +198,8 @@ pub enum ReplayError {
 /// Sends a sent or dead job again: pending now, with a fresh retry schedule
 /// and the same `webhook-id`; no second job is ever made. Returns the job.
 #[instrument(skip_all, fields(job_id = id))]
-pub async fn replay(pool: &PgPool, id: i64) -> Result<Job, ReplayError> {
-    let replayed: Option<Job> = sqlx::query_as(concat!(
+pub async fn replay(pool: &PgPool, id: i64) -> Result<JobSummary, ReplayError> {
+    let replayed: Option<JobSummary> = sqlx::query_as(concat!(
         replay!(),
         " WHERE j.id = $1 AND j.status <> 'pending' RETURNING ",
         job_columns!()
@@ -233,7 +233,7 @@ pub async fn replay_dead(
     until: Option<Since>,
     limit: u32,
     dry_run: bool,
-) -> sqlx::Result<Vec<Job>> {
+) -> sqlx::Result<Vec<JobSummary>> {
     let filter = JobFilter {
         destination: Some(destination.to_string()),
         status: Some(Status::Dead),
@@ -253,7 +253,7 @@ pub async fn replay_dead(
     if !dry_run {
         statement.push(format_args!(" RETURNING {JOB_COLUMNS}"));
     }
-    let mut jobs: Vec<Job> = statement.build_query_as().fetch_all(pool).await?;
+    let mut jobs: Vec<JobSummary> = statement.build_query_as().fetch_all(pool).await?;
     jobs.sort_by_key(|job| (job.created_at, job.id));
     if !dry_run {
         tracing::info!(jobs = jobs.len(), "dead jobs replayed");

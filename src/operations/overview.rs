@@ -20,7 +20,7 @@ pub struct Counts {
     pub processed: i64,
     /// Later deliveries of an applied event: answered idempotently.
     pub skipped: i64,
-    /// The handler failed: nothing applied.
+    /// The effect failed: nothing applied.
     pub failed: i64,
 }
 

@@ -27,7 +27,7 @@ pub struct ArchivedDelivery {
     pub event_type: String,
     /// PROCESSED, SKIPPED or FAILED.
     pub processing_status: String,
-    /// Why the handler failed (FAILED rows).
+    /// Why the effect failed (FAILED rows).
     pub error_message: Option<String>,
     /// When the provider says the event happened.
     pub occurred_at: Option<DateTime<Utc>>,

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use tracing::{Instrument, Span, instrument};
 
 use crate::event::{Event, EventError, Payload};
-use crate::inbox::{self, Delivery, Effects, InboxError, Outcome, Source};
+use crate::inbox::{self, Delivery, InboxError, Recorded, RoutingTable, Source};
 use crate::providers;
 
 /// Why a row could not be reprocessed; nothing was written.
@@ -46,9 +46,9 @@ pub struct Reprocessed {
     /// The row's event id.
     pub event_id: String,
     /// PROCESSED (applied now), SKIPPED (already applied: nothing done) or
-    /// FAILED (the handler failed again: nothing applied).
+    /// FAILED (the effect failed again: nothing applied).
     pub status: &'static str,
-    /// The handler's error, for FAILED.
+    /// The effect's error, for FAILED.
     pub error: Option<String>,
 }
 
@@ -59,7 +59,7 @@ pub struct Summary {
     pub processed: usize,
     /// Events already applied meanwhile (by a provider retry, say).
     pub skipped: usize,
-    /// Events whose handler failed again.
+    /// Events whose effect failed again.
     pub failed: usize,
 }
 
@@ -98,7 +98,7 @@ struct Stored {
 #[instrument(skip_all, fields(request_id, reprocess_of = archive_id, provider, event_id))]
 pub async fn reprocess(
     pool: &PgPool,
-    effects: &Effects,
+    routing: &RoutingTable,
     archive_id: i64,
     request_id: Option<&str>,
 ) -> Result<Reprocessed, ReprocessError> {
@@ -130,7 +130,7 @@ pub async fn reprocess(
         },
         request_id: request_id.map(str::to_owned),
     };
-    let routed = effects.route(delivery);
+    let routed = routing.route(delivery);
     let mut conn = pool.acquire().await.map_err(InboxError::from)?;
     // In a task of its own, run to its end even if this caller stops waiting
     // (an admin client that disconnected): `inbox::deliver` must not be
@@ -153,9 +153,9 @@ pub async fn reprocess(
         Err(_) => Err(InboxError::Overloaded),
     });
     let (new_id, status, error) = match delivered? {
-        Outcome::Processed { archive_id } => (archive_id, "PROCESSED", None),
-        Outcome::Duplicate { archive_id } => (archive_id, "SKIPPED", None),
-        Outcome::Failed { archive_id, error } => (archive_id, "FAILED", Some(error)),
+        Recorded::Processed { archive_id } => (archive_id, "PROCESSED", None),
+        Recorded::Duplicate { archive_id } => (archive_id, "SKIPPED", None),
+        Recorded::Failed { archive_id, error } => (archive_id, "FAILED", Some(error)),
     };
     // The error text may quote the payload: it is in the result and the
     // archive row, never in the log.

@@ -20,9 +20,9 @@ pub enum MailerError {
     InvalidFrom(#[from] lettre::address::AddressError),
 }
 
-/// One email, ready to be built.
+/// One email of the outbox, ready to be built into a message.
 #[derive(Debug)]
-pub struct Outgoing<'a> {
+pub struct OutgoingEmail<'a> {
     /// The outbox row; the Message-ID is derived from it.
     pub id: Uuid,
     /// Which template.
@@ -83,7 +83,7 @@ impl Mailer {
     }
 
     /// Sends `email`; the error is a one-line description for `last_error`.
-    pub async fn send(&self, email: &Outgoing<'_>) -> Result<(), String> {
+    pub async fn send(&self, email: &OutgoingEmail<'_>) -> Result<(), String> {
         let to: Mailbox = email.to.parse().map_err(|e| format!("invalid recipient address: {e}"))?;
         let rendered = self
             .templates

@@ -1,6 +1,6 @@
 //! The outbox: effects that leave the database (emails).
 //!
-//! A handler enqueues a row in the delivery's transaction, so an email
+//! An effect enqueues a row in the delivery's transaction, so an email
 //! exists if and only if its event is processed, and a unique cause makes it
 //! one email per cause however many events carry that cause. [`Emails`], a
 //! queue of the engine (`crate::queue`), sends the rows over SMTP afterwards,

@@ -7,11 +7,11 @@ use tracing::instrument;
 use uuid::Uuid;
 
 use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
-use crate::queue::{Attempt, Done, Job};
+use crate::queue::{Attempt, ClaimedRow, Done};
 
-/// A claimed row, with what the email needs from `users`.
+/// An outbox row the email queue claimed, with what the email needs from `users`.
 #[derive(Debug, sqlx::FromRow)]
-pub struct Claimed {
+pub struct ClaimedEmail {
     /// The row; also the email's Message-ID.
     pub id: Uuid,
     /// Proves the claim is still ours when recording the outcome.
@@ -27,7 +27,7 @@ pub struct Claimed {
     pub last_name: Option<String>,
 }
 
-impl Job for Claimed {
+impl ClaimedRow for ClaimedEmail {
     type Id = Uuid;
 
     fn id(&self) -> Uuid {
@@ -51,7 +51,7 @@ pub async fn claim(
     now: DateTime<Utc>,
     lease_until: DateTime<Utc>,
     limit: usize,
-) -> sqlx::Result<Vec<Claimed>> {
+) -> sqlx::Result<Vec<ClaimedEmail>> {
     sqlx::query_as(concat!(
         // MATERIALIZED: the claim runs exactly once. Inlined as a join, the
         // planner may rescan it (a nested loop), and each rescan locks and
@@ -87,15 +87,15 @@ pub async fn claim(
 pub struct Sent(pub Result<(), String>);
 
 impl Attempt for Sent {
-    fn failure(&self) -> Option<crate::queue::Failure<'_>> {
+    fn failure(&self) -> Option<crate::queue::SendFailure<'_>> {
         let error = self.0.as_ref().err()?;
-        Some(crate::queue::Failure { error, retry_after: None })
+        Some(crate::queue::SendFailure { error, retry_after: None })
     }
 }
 
 /// Records the outcomes of `done`, for the rows their claims still hold.
 #[instrument(skip_all)]
-pub async fn record(conn: &mut PgConnection, done: &[Done<Claimed, Sent>]) -> sqlx::Result<()> {
+pub async fn record(conn: &mut PgConnection, done: &[Done<ClaimedEmail, Sent>]) -> sqlx::Result<()> {
     bind_record(sqlx::query(queue_record!("outbox", "uuid")), done).execute(conn).await?;
     Ok(())
 }

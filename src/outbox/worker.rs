@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::mailer::{Mailer, Outgoing};
-use super::queue::{self, Claimed, Sent};
+use super::mailer::{Mailer, OutgoingEmail};
+use super::queue::{self, ClaimedEmail, Sent};
 use super::{EmailKind, Values};
-use crate::queue::{Done, Outcome, Queue, Schedule};
+use crate::queue::{Done, Queue, Schedule, Verdict};
 
 /// Emails sent at once, and claimed per claim.
 const BATCH_SIZE: usize = 10;
@@ -35,7 +35,7 @@ impl Emails {
 }
 
 impl Queue for Emails {
-    type Job = Claimed;
+    type Row = ClaimedEmail;
     type Attempt = Sent;
 
     fn name(&self) -> &str {
@@ -61,36 +61,36 @@ impl Queue for Emails {
         now: chrono::DateTime<chrono::Utc>,
         lease_until: chrono::DateTime<chrono::Utc>,
         limit: usize,
-    ) -> sqlx::Result<Vec<Claimed>> {
+    ) -> sqlx::Result<Vec<ClaimedEmail>> {
         queue::claim(conn, now, lease_until, limit).await
     }
 
-    async fn send(&self, row: &Claimed) -> Sent {
+    async fn send(&self, row: &ClaimedEmail) -> Sent {
         Sent(self.send_email(row).await)
     }
 
-    async fn record(&self, conn: &mut PgConnection, done: &[Done<Claimed, Sent>]) -> sqlx::Result<()> {
+    async fn record(&self, conn: &mut PgConnection, done: &[Done<ClaimedEmail, Sent>]) -> sqlx::Result<()> {
         queue::record(conn, done).await
     }
 
-    fn span(&self, row: &Claimed) -> tracing::Span {
+    fn span(&self, row: &ClaimedEmail) -> tracing::Span {
         tracing::info_span!("email", outbox_id = %row.id, kind = row.kind, attempts = row.attempts)
     }
 
-    fn report(&self, done: &Done<Claimed, Sent>) {
-        match done.outcome {
-            Outcome::Sent => tracing::info!("email sent"),
+    fn report(&self, done: &Done<ClaimedEmail, Sent>) {
+        match done.verdict {
+            Verdict::Sent => tracing::info!("email sent"),
             // The error may quote the address: it goes to the row, not the log.
-            Outcome::Retry(retry_at) => {
+            Verdict::Retry(retry_at) => {
                 tracing::warn!(%retry_at, "email not sent, will retry; the error is in outbox.last_error")
             }
-            Outcome::Dead => tracing::error!("email not sent and no attempt left: the outbox row is dead"),
+            Verdict::Dead => tracing::error!("email not sent and no attempt left: the outbox row is dead"),
         }
     }
 }
 
 impl Emails {
-    async fn send_email(&self, row: &Claimed) -> Result<(), String> {
+    async fn send_email(&self, row: &ClaimedEmail) -> Result<(), String> {
         let kind =
             EmailKind::from_db(&row.kind).ok_or_else(|| format!("unknown email kind {:?}", row.kind))?;
         let to = row.email.as_deref().filter(|email| !email.is_empty()).ok_or_else(|| {
@@ -107,6 +107,6 @@ impl Emails {
             email: to,
             subscription_id: row.subscription_id.as_deref().unwrap_or(""),
         };
-        self.mailer.send(&Outgoing { id: row.id, kind, to, values }).await
+        self.mailer.send(&OutgoingEmail { id: row.id, kind, to, values }).await
     }
 }

@@ -65,7 +65,7 @@ impl KeptConnection {
     pub async fn record<Q: Queue>(
         &mut self,
         queue: &Q,
-        done: &[Done<Q::Job, Q::Attempt>],
+        done: &[Done<Q::Row, Q::Attempt>],
         lease_ends: Instant,
     ) -> sqlx::Result<()> {
         let until = lease_ends - LEASE_MARGIN;

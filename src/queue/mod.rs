@@ -35,8 +35,8 @@ pub use schedule::{InvalidSchedule, Schedule};
 
 /// A kind of row the engine sends: how to claim, send and record it.
 pub trait Queue: Send + Sync + 'static {
-    /// A claimed row, with what sending it needs.
-    type Job: Job;
+    /// A claimed row of this queue, with what sending it needs.
+    type Row: ClaimedRow;
     /// What one send did.
     type Attempt: Attempt;
 
@@ -61,10 +61,10 @@ pub trait Queue: Send + Sync + 'static {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: usize,
-    ) -> impl Future<Output = sqlx::Result<Vec<Self::Job>>> + Send;
+    ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send;
 
     /// Sends one row; never fails, the failure is in the attempt.
-    fn send(&self, job: &Self::Job) -> impl Future<Output = Self::Attempt> + Send;
+    fn send(&self, row: &Self::Row) -> impl Future<Output = Self::Attempt> + Send;
 
     /// Records what happened to `done`, in one statement. Safe to repeat:
     /// it may run again after an error, and only rows still held by their
@@ -72,18 +72,18 @@ pub trait Queue: Send + Sync + 'static {
     fn record(
         &self,
         conn: &mut PgConnection,
-        done: &[Done<Self::Job, Self::Attempt>],
+        done: &[Done<Self::Row, Self::Attempt>],
     ) -> impl Future<Output = sqlx::Result<()>> + Send;
 
     /// The span a row's send and its logs run in, naming the row.
-    fn span(&self, job: &Self::Job) -> tracing::Span;
+    fn span(&self, row: &Self::Row) -> tracing::Span;
 
     /// Reports a settled row (logs, metrics), once, before it is recorded.
-    fn report(&self, done: &Done<Self::Job, Self::Attempt>);
+    fn report(&self, done: &Done<Self::Row, Self::Attempt>);
 }
 
-/// What every claimed row has.
-pub trait Job: Send + Sync + 'static {
+/// A row a queue's claim returned: what the engine needs of every one.
+pub trait ClaimedRow: Send + Sync + 'static {
     /// The row's primary key.
     type Id: for<'q> sqlx::Encode<'q, sqlx::Postgres>
         + sqlx::Type<sqlx::Postgres>
@@ -105,12 +105,12 @@ pub trait Job: Send + Sync + 'static {
 /// What every send reports.
 pub trait Attempt: Send + Sync + 'static {
     /// `None` when the row was sent, else why not.
-    fn failure(&self) -> Option<Failure<'_>>;
+    fn failure(&self) -> Option<SendFailure<'_>>;
 }
 
-/// Why a send failed.
+/// Why a send failed, as its queue's attempt reports it.
 #[derive(Debug, Clone, Copy)]
-pub struct Failure<'a> {
+pub struct SendFailure<'a> {
     /// One line for the row's `last_error`; never a secret, never a payload.
     pub error: &'a str,
     /// How long the other side asked us to wait (`Retry-After`); replaces
@@ -159,9 +159,10 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// A row's state after a send.
+/// What the engine decides of a row after a send: sent, tried again at a
+/// time, or given up (dead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Verdict {
     /// Sent: done.
     Sent,
     /// Failed; pending again from this time.
@@ -170,24 +171,29 @@ pub enum Outcome {
     Dead,
 }
 
-impl Outcome {
+impl Verdict {
     /// The row's `status` after it.
     pub fn status(self) -> Status {
         match self {
-            Outcome::Sent => Status::Sent,
-            Outcome::Retry(_) => Status::Pending,
-            Outcome::Dead => Status::Dead,
+            Verdict::Sent => Status::Sent,
+            Verdict::Retry(_) => Status::Pending,
+            Verdict::Dead => Status::Dead,
         }
     }
 
-    /// Decides the outcome of `attempt` of `job`, made at `now`.
-    pub fn of<J: Job, A: Attempt>(schedule: &Schedule, job: &J, attempt: &A, now: DateTime<Utc>) -> Outcome {
-        let Some(failure) = attempt.failure() else { return Outcome::Sent };
-        match schedule.delay_after(job.attempt()) {
-            None => Outcome::Dead,
+    /// Decides the verdict on `attempt` of `row`, made at `now`.
+    pub fn of<R: ClaimedRow, A: Attempt>(
+        schedule: &Schedule,
+        row: &R,
+        attempt: &A,
+        now: DateTime<Utc>,
+    ) -> Verdict {
+        let Some(failure) = attempt.failure() else { return Verdict::Sent };
+        match schedule.delay_after(row.attempt()) {
+            None => Verdict::Dead,
             Some(delay) => {
                 let delay = failure.retry_after.map_or(delay, |asked| asked.min(schedule.longest_wait()));
-                Outcome::Retry(now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX))
+                Verdict::Retry(now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX))
             }
         }
     }
@@ -195,22 +201,22 @@ impl Outcome {
 
 /// A row that was sent (or tried), ready to be recorded.
 #[derive(Debug)]
-pub struct Done<J, A> {
+pub struct Done<R, A> {
     /// When the claim's lease ends, on this process's clock.
     lease_ends: tokio::time::Instant,
     /// The claimed row.
-    pub job: J,
+    pub row: R,
     /// What the send did.
     pub attempt: A,
     /// What becomes of the row.
-    pub outcome: Outcome,
+    pub verdict: Verdict,
     /// When the send started, on the engine's clock.
     pub started_at: DateTime<Utc>,
     /// How long it took; a retry's delay counts from its end.
     pub duration: Duration,
 }
 
-impl<J: Job, A: Attempt> Done<J, A> {
+impl<R: ClaimedRow, A: Attempt> Done<R, A> {
     /// The error for `last_error`, if the send failed.
     pub fn error(&self) -> Option<&str> {
         self.attempt.failure().map(|failure| failure.error)
@@ -227,23 +233,23 @@ fn lease_from<Q: Queue>(queue: &Q, now: DateTime<Utc>) -> (DateTime<Utc>, tokio:
     )
 }
 
-/// Sends `job` of `queue`, claimed at `now` on the engine's clock (a test's
+/// Sends `row` of `queue`, claimed at `now` on the engine's clock (a test's
 /// chosen time, or the wall clock), in its span, and settles it by the
 /// schedule.
 async fn send<Q: Queue>(
     queue: &Q,
-    job: Q::Job,
+    row: Q::Row,
     now: DateTime<Utc>,
     lease_ends: tokio::time::Instant,
-) -> Done<Q::Job, Q::Attempt> {
+) -> Done<Q::Row, Q::Attempt> {
     use tracing::Instrument;
-    let span = queue.span(&job);
+    let span = queue.span(&row);
     let started = std::time::Instant::now();
-    let attempt = queue.send(&job).instrument(span.clone()).await;
+    let attempt = queue.send(&row).instrument(span.clone()).await;
     let duration = started.elapsed();
     let ended = now + chrono::Duration::from_std(duration).unwrap_or_default();
-    let outcome = Outcome::of(queue.schedule(), &job, &attempt, ended);
-    let done = Done { lease_ends, job, attempt, outcome, started_at: now, duration };
+    let verdict = Verdict::of(queue.schedule(), &row, &attempt, ended);
+    let done = Done { lease_ends, row, attempt, verdict, started_at: now, duration };
     span.in_scope(|| queue.report(&done));
     done
 }

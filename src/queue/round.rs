@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use sqlx::PgPool;
 
 use super::connection::KeptConnection;
-use super::{Outcome, Queue, lease_from, send};
+use super::{Queue, Verdict, lease_from, send};
 
 /// What one or more rounds did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -51,10 +51,10 @@ pub async fn deliver_due<Q: Queue>(pool: &PgPool, queue: &Q, now: DateTime<Utc>)
     let done = join_all(claimed.into_iter().map(|job| send(queue, job, now, lease_ends))).await;
     let mut round = Round { claimed: done.len(), ..Round::default() };
     for done in &done {
-        match done.outcome {
-            Outcome::Sent => round.sent += 1,
-            Outcome::Retry(_) => round.retrying += 1,
-            Outcome::Dead => round.dead += 1,
+        match done.verdict {
+            Verdict::Sent => round.sent += 1,
+            Verdict::Retry(_) => round.retrying += 1,
+            Verdict::Dead => round.dead += 1,
         }
     }
     if let Err(error) = conn.record(queue, &done, lease_ends).await {

@@ -105,7 +105,7 @@ async fn run<Q: Queue>(
     wake: Wake,
     stop: CancellationToken,
 ) {
-    let mut in_flight: JoinSet<Done<Q::Job, Q::Attempt>> = JoinSet::new();
+    let mut in_flight: JoinSet<Done<Q::Row, Q::Attempt>> = JoinSet::new();
     let mut may_be_due = true;
     loop {
         let room = queue.capacity().saturating_sub(in_flight.len());

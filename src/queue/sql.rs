@@ -73,22 +73,22 @@ use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 
-use super::{Attempt, Done, Job, Outcome};
+use super::{Attempt, ClaimedRow, Done, Verdict};
 
 /// Binds `$1` to `$5` of [`queue_record!`] for `done`.
-pub fn bind_record<'q, J: Job, A: Attempt>(
+pub fn bind_record<'q, J: ClaimedRow, A: Attempt>(
     query: Query<'q, Postgres, PgArguments>,
     done: &'q [Done<J, A>],
 ) -> Query<'q, Postgres, PgArguments> {
     query
-        .bind(done.iter().map(|d| d.job.id()).collect::<Vec<_>>())
-        .bind(done.iter().map(|d| d.job.claim_token()).collect::<Vec<_>>())
-        .bind(done.iter().map(|d| d.outcome.status().as_str()).collect::<Vec<_>>())
+        .bind(done.iter().map(|d| d.row.id()).collect::<Vec<_>>())
+        .bind(done.iter().map(|d| d.row.claim_token()).collect::<Vec<_>>())
+        .bind(done.iter().map(|d| d.verdict.status().as_str()).collect::<Vec<_>>())
         .bind(done.iter().map(Done::error).collect::<Vec<_>>())
         .bind(
             done.iter()
-                .map(|d| match d.outcome {
-                    Outcome::Retry(at) => Some(at),
+                .map(|d| match d.verdict {
+                    Verdict::Retry(at) => Some(at),
                     _ => None,
                 })
                 .collect::<Vec<_>>(),

@@ -28,9 +28,9 @@ const MAX_RATE_LIMITED: u32 = 10;
 /// Most bytes of a provider's error answer quoted in an error.
 const QUOTED_ERROR_BYTES: usize = 300;
 
-/// Why the API could not be read. Nothing in it quotes the key.
+/// Why a provider's API could not be read. Nothing in it quotes the key.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub enum ProviderApiError {
     /// The key was refused: the message names the setting to fix.
     #[error("the {provider} API refused the key ({status}): check {setting}")]
     Unauthorized {
@@ -145,7 +145,7 @@ impl ApiClient {
 
     /// `url` if it is on the API's origin: a next page the API names
     /// elsewhere is refused rather than sent the key.
-    pub fn same_origin(&self, url: &str) -> Result<Url, ApiError> {
+    pub fn same_origin(&self, url: &str) -> Result<Url, ProviderApiError> {
         match Url::parse(url) {
             Ok(url) if url.origin() == self.base.origin() => Ok(url),
             _ => Err(self.unexpected(UnexpectedAnswer::ForeignNextPage(url.chars().take(100).collect()))),
@@ -153,24 +153,24 @@ impl ApiClient {
     }
 
     /// The error for an answer that is not what the API documents.
-    pub fn unexpected(&self, problem: impl Into<UnexpectedAnswer>) -> ApiError {
-        ApiError::Unexpected { provider: self.provider, problem: problem.into() }
+    pub fn unexpected(&self, problem: impl Into<UnexpectedAnswer>) -> ProviderApiError {
+        ProviderApiError::Unexpected { provider: self.provider, problem: problem.into() }
     }
 
     /// GETs `url` with the key, retrying 5xx and network errors with
     /// backoff and waiting out 429s; any other non-2xx is final.
-    pub async fn get(&self, url: Url) -> Result<Answer, ApiError> {
+    pub async fn get(&self, url: Url) -> Result<Answer, ProviderApiError> {
         self.send(Method::GET, url).await
     }
 
     /// POSTs to `url` with the key and no body, retried as [`ApiClient::get`]
     /// is: only for requests that may be repeated (a second redelivery of a
     /// webhook is a duplicate the dedup table answers).
-    pub async fn post(&self, url: Url) -> Result<Answer, ApiError> {
+    pub async fn post(&self, url: Url) -> Result<Answer, ProviderApiError> {
         self.send(Method::POST, url).await
     }
 
-    async fn send(&self, method: Method, url: Url) -> Result<Answer, ApiError> {
+    async fn send(&self, method: Method, url: Url) -> Result<Answer, ProviderApiError> {
         let mut failures = 0;
         let mut rate_limited = 0;
         loop {
@@ -226,19 +226,19 @@ impl ApiClient {
         }
     }
 
-    fn gave_up(&self, attempts: u32, last: String) -> ApiError {
-        ApiError::GaveUp { provider: self.provider, attempts, last }
+    fn gave_up(&self, attempts: u32, last: String) -> ProviderApiError {
+        ProviderApiError::GaveUp { provider: self.provider, attempts, last }
     }
 
     /// The error for a final non-2xx answer.
-    async fn refused(&self, url: &Url, answer: reqwest::Response) -> ApiError {
+    async fn refused(&self, url: &Url, answer: reqwest::Response) -> ProviderApiError {
         let status = answer.status();
         if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
-            return ApiError::Unauthorized { provider: self.provider, status, setting: self.setting };
+            return ProviderApiError::Unauthorized { provider: self.provider, status, setting: self.setting };
         }
         let body = answer.bytes().await.unwrap_or_default();
         let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_ERROR_BYTES)]);
-        ApiError::Refused {
+        ProviderApiError::Refused {
             provider: self.provider,
             status,
             path: url.path().to_string(),

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use reqwest::header::{ACCEPT, HeaderMap, HeaderValue, LINK};
 use serde::Deserialize;
 
-use super::client::{ApiClient, ApiError};
+use super::client::{ApiClient, ProviderApiError};
 
 /// The most deliveries GitHub lists a page.
 const PER_PAGE: &str = "100";
@@ -103,7 +103,7 @@ impl GitHubHook {
     }
 
     /// The first page of attempts, or the page `next` names.
-    pub async fn attempts(&self, next: Option<&str>) -> Result<AttemptsPage, ApiError> {
+    pub async fn attempts(&self, next: Option<&str>) -> Result<AttemptsPage, ProviderApiError> {
         let url = match next {
             Some(next) => self.api.same_origin(next)?,
             None => {
@@ -120,7 +120,7 @@ impl GitHubHook {
 
     /// Asks GitHub to send attempt `id`'s delivery again (202 Accepted):
     /// it arrives later as a signed webhook, through the normal route.
-    pub async fn redeliver(&self, id: u64) -> Result<(), ApiError> {
+    pub async fn redeliver(&self, id: u64) -> Result<(), ProviderApiError> {
         let url = self.api.url(&format!("{}/deliveries/{id}/attempts", self.path));
         self.api.post(url).await.map(drop)
     }

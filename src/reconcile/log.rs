@@ -6,7 +6,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 
-use super::client::ApiError;
+use super::client::ProviderApiError;
 
 /// Which way a log's pages run, which decides when the mark may move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,5 +49,9 @@ pub trait EventLog: Send + Sync {
     fn order(&self) -> Order;
 
     /// The first page from `start`, or the page `next` names.
-    fn read(&self, start: &Start, next: Option<&str>) -> impl Future<Output = Result<Page, ApiError>> + Send;
+    fn read(
+        &self,
+        start: &Start,
+        next: Option<&str>,
+    ) -> impl Future<Output = Result<Page, ProviderApiError>> + Send;
 }

@@ -27,18 +27,20 @@ mod run;
 pub mod state;
 mod stripe;
 
-pub use client::{ApiClient, ApiError, UnexpectedAnswer};
+pub use client::{ApiClient, ProviderApiError, UnexpectedAnswer};
 pub use config::{ApiConfig, Log, LogError, PROVIDERS, PeriodicConfig};
 pub use gap::{Gap, gap};
 pub use github::{Attempt, AttemptsPage, GitHubHook, HookScope};
 pub use log::{EventLog, Order, Page, Start};
 pub use paddle::PaddleLog;
-pub use run::{FIRST_RUN_LOOKBACK, Failure, OVERLAP, Options, Reader, ReconcileError, Summary, reconcile};
+pub use run::{
+    FIRST_RUN_LOOKBACK, FailedEvent, OVERLAP, Options, Reader, ReconcileError, Summary, reconcile,
+};
 pub use stripe::StripeLog;
 
 use sqlx::PgPool;
 
-use crate::inbox::Effects;
+use crate::inbox::RoutingTable;
 
 impl Log {
     /// The provider whose log it is.
@@ -54,13 +56,13 @@ impl Log {
     pub async fn reconcile(
         &self,
         pool: &PgPool,
-        effects: &Effects,
+        routing: &RoutingTable,
         options: &Options,
     ) -> Result<Summary, ReconcileError> {
         match self {
-            Log::Paddle(log) => reconcile(pool, effects, log, options).await,
-            Log::Stripe(log) => reconcile(pool, effects, log, options).await,
-            Log::GitHub(hook) => reconcile(pool, effects, hook, options).await,
+            Log::Paddle(log) => reconcile(pool, routing, log, options).await,
+            Log::Stripe(log) => reconcile(pool, routing, log, options).await,
+            Log::GitHub(hook) => reconcile(pool, routing, hook, options).await,
         }
     }
 }

@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::client::{ApiClient, ApiError};
+use super::client::{ApiClient, ProviderApiError};
 use super::log::{EventLog, Order, Page, Start};
 
 /// The most events Paddle returns a page.
@@ -53,7 +53,7 @@ impl EventLog for PaddleLog {
         Order::OldestFirst
     }
 
-    async fn read(&self, start: &Start, next: Option<&str>) -> Result<Page, ApiError> {
+    async fn read(&self, start: &Start, next: Option<&str>) -> Result<Page, ProviderApiError> {
         let url = match next {
             Some(next) => self.api.same_origin(next)?,
             None => {

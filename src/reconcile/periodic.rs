@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Log, Options, ReconcileError};
-use crate::inbox::Effects;
+use crate::inbox::RoutingTable;
 use crate::monitoring::Metrics;
 
 /// Starts reconciling `log` every `interval` until `stop`; a run in
@@ -20,7 +20,7 @@ use crate::monitoring::Metrics;
 /// connection and lock go; the next run starts from the stored mark).
 pub fn spawn(
     pool: PgPool,
-    effects: Arc<Effects>,
+    routing: Arc<RoutingTable>,
     log: Log,
     interval: Duration,
     metrics: Arc<Metrics>,
@@ -37,7 +37,7 @@ pub fn spawn(
                 () = stop.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            let run = log.reconcile(&pool, &effects, &options);
+            let run = log.reconcile(&pool, &routing, &options);
             let result = tokio::select! {
                 () = stop.cancelled() => return,
                 result = run => result,

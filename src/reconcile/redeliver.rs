@@ -11,12 +11,12 @@ use std::time::Instant;
 use chrono::Utc;
 use sqlx::PgConnection;
 
-use super::client::ApiError;
+use super::client::ProviderApiError;
 use super::github::GitHubHook;
 use super::log::{Order, Start};
-use super::run::{self, Failure, OVERLAP, Options, Reader, ReconcileError, Summary};
+use super::run::{self, FailedEvent, OVERLAP, Options, Reader, ReconcileError, Summary};
 use super::state::{self, Mark, Tracker};
-use crate::inbox::Effects;
+use crate::inbox::RoutingTable;
 
 impl Reader for GitHubHook {
     fn provider_name(&self) -> &'static str {
@@ -30,7 +30,7 @@ impl Reader for GitHubHook {
     async fn read_from(
         &self,
         conn: &mut PgConnection,
-        _effects: &Effects,
+        _effects: &RoutingTable,
         options: &Options,
         from: Mark,
         start: Start,
@@ -70,10 +70,10 @@ impl Reader for GitHubHook {
                 match self.redeliver(attempt.id).await {
                     Ok(()) => summary.redelivery_requested += 1,
                     // This delivery only (gone, say): the others may still be asked for.
-                    Err(error @ ApiError::Refused { .. }) => {
+                    Err(error @ ProviderApiError::Refused { .. }) => {
                         summary.failed += 1;
                         let (event_id, error) = (attempt.guid.clone(), error.to_string());
-                        summary.failures.push(Failure { event_id, archive_id: None, error });
+                        summary.failures.push(FailedEvent { event_id, archive_id: None, error });
                     }
                     Err(error) => return Err(error.into()),
                 }

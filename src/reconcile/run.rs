@@ -10,12 +10,12 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use tracing::instrument;
 
-use super::client::ApiError;
+use super::client::ProviderApiError;
 use super::log::{EventLog, Order, Page, Start};
 use super::state::{self, Mark, Tracker};
 use crate::db::SessionLock;
 use crate::event::{Event, Payload};
-use crate::inbox::{self, Delivery, Effects, InboxError, Outcome, Source};
+use crate::inbox::{self, Delivery, InboxError, Recorded, RoutingTable, Source};
 use crate::providers;
 
 /// How far behind the newest event read the mark stands (see [`Tracker`]).
@@ -43,7 +43,7 @@ pub enum ReconcileError {
     AlreadyRunning(&'static str),
     /// The provider's API could not be read.
     #[error(transparent)]
-    Api(#[from] ApiError),
+    Api(#[from] ProviderApiError),
     /// The database failed.
     #[error(transparent)]
     Inbox(#[from] InboxError),
@@ -91,7 +91,7 @@ pub struct Summary {
     /// Events the provider's format cannot read (not archived).
     pub unreadable: usize,
     /// The FAILED events, with their errors.
-    pub failures: Vec<Failure>,
+    pub failures: Vec<FailedEvent>,
     /// Milliseconds the run took.
     pub took_ms: u64,
 }
@@ -127,7 +127,7 @@ impl Summary {
 
 /// An event the run archived FAILED, or whose redelivery GitHub refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Failure {
+pub struct FailedEvent {
     /// The provider's event id.
     pub event_id: String,
     /// Its FAILED archive row (none for a refused redelivery).
@@ -147,7 +147,7 @@ pub trait Reader: Sync {
     fn read_from(
         &self,
         conn: &mut PgConnection,
-        effects: &Effects,
+        routing: &RoutingTable,
         options: &Options,
         from: Mark,
         start: Start,
@@ -162,12 +162,12 @@ impl<L: EventLog> Reader for L {
     async fn read_from(
         &self,
         conn: &mut PgConnection,
-        effects: &Effects,
+        routing: &RoutingTable,
         options: &Options,
         from: Mark,
         start: Start,
     ) -> Result<Summary, ReconcileError> {
-        read(conn, effects, self, options, from, start).await
+        read(conn, routing, self, options, from, start).await
     }
 }
 
@@ -180,7 +180,7 @@ impl<L: EventLog> Reader for L {
 #[instrument(skip_all, fields(provider = reader.provider_name(), dry_run = options.dry_run))]
 pub async fn reconcile(
     pool: &PgPool,
-    effects: &Effects,
+    routing: &RoutingTable,
     reader: &impl Reader,
     options: &Options,
 ) -> Result<Summary, ReconcileError> {
@@ -188,7 +188,7 @@ pub async fn reconcile(
     let Some(mut lock) = SessionLock::try_take(pool, "webhook-inbox reconcile", provider).await? else {
         return Err(ReconcileError::AlreadyRunning(provider));
     };
-    let result = locked(lock.connection(), effects, reader, options).await;
+    let result = locked(lock.connection(), routing, reader, options).await;
     lock.release().await;
     result
 }
@@ -196,17 +196,17 @@ pub async fn reconcile(
 /// The run, under the provider's lock.
 async fn locked(
     conn: &mut PgConnection,
-    effects: &Effects,
+    routing: &RoutingTable,
     reader: &impl Reader,
     options: &Options,
 ) -> Result<Summary, ReconcileError> {
     let provider = reader.provider_name();
     let (from, start) = start(conn, provider, options).await?;
     if options.dry_run {
-        return reader.read_from(conn, effects, options, from, start).await;
+        return reader.read_from(conn, routing, options, from, start).await;
     }
     state::started(conn, provider).await?;
-    let result = reader.read_from(conn, effects, options, from, start).await;
+    let result = reader.read_from(conn, routing, options, from, start).await;
     let outcome = result.as_ref().map_err(ToString::to_string);
     state::finished(conn, provider, outcome.as_ref().map_err(String::as_str)).await?;
     result
@@ -227,7 +227,7 @@ async fn start(conn: &mut PgConnection, provider: &str, options: &Options) -> sq
 
 async fn read(
     conn: &mut PgConnection,
-    effects: &Effects,
+    routing: &RoutingTable,
     log: &impl EventLog,
     options: &Options,
     from: Mark,
@@ -246,7 +246,7 @@ async fn read(
         let recovered_before = summary.recovered;
         deliver_page(
             conn,
-            effects,
+            routing,
             provider,
             &page,
             &start,
@@ -301,7 +301,7 @@ pub(super) async fn recorded(
 #[allow(clippy::too_many_arguments)]
 async fn deliver_page(
     conn: &mut PgConnection,
-    effects: &Effects,
+    routing: &RoutingTable,
     provider: &'static str,
     page: &Page,
     start: &Start,
@@ -356,12 +356,12 @@ async fn deliver_page(
             source: Source::Api,
             request_id: page.request_id.clone(),
         };
-        match inbox::deliver(conn, &effects.route(delivery)).await? {
-            Outcome::Processed { .. } => summary.recovered += 1,
-            Outcome::Duplicate { .. } => summary.already_recorded += 1,
-            Outcome::Failed { archive_id, error } => {
+        match inbox::deliver(conn, &routing.route(delivery)).await? {
+            Recorded::Processed { .. } => summary.recovered += 1,
+            Recorded::Duplicate { .. } => summary.already_recorded += 1,
+            Recorded::Failed { archive_id, error } => {
                 summary.failed += 1;
-                summary.failures.push(Failure { event_id, archive_id: Some(archive_id), error });
+                summary.failures.push(FailedEvent { event_id, archive_id: Some(archive_id), error });
             }
         }
     }

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::client::{ApiClient, ApiError};
+use super::client::{ApiClient, ProviderApiError};
 use super::log::{EventLog, Order, Page, Start};
 
 /// The most events Stripe returns a page.
@@ -46,7 +46,7 @@ impl EventLog for StripeLog {
         Order::NewestFirst
     }
 
-    async fn read(&self, start: &Start, next: Option<&str>) -> Result<Page, ApiError> {
+    async fn read(&self, start: &Start, next: Option<&str>) -> Result<Page, ProviderApiError> {
         let mut url = self.api.url("/v1/events");
         url.query_pairs_mut()
             .append_pair("limit", LIMIT)

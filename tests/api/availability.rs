@@ -8,7 +8,7 @@ use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection};
 use webhook_inbox::http::{AppState, Limits, app};
-use webhook_inbox::inbox::Effects;
+use webhook_inbox::inbox::RoutingTable;
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::paddle::Paddle;
 
@@ -107,7 +107,7 @@ async fn an_unreachable_database_answers_503_and_readiness_says_so() {
     let pool = PgPoolOptions::new().acquire_timeout(Duration::from_millis(300)).connect_lazy_with(options);
     let providers = Registry::default().with(Paddle::verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
-    let router = app(AppState::new(pool, providers, Effects::default(), limits));
+    let router = app(AppState::new(pool, providers, RoutingTable::default(), limits));
 
     let answer = send(&router, &paddle(&subscription_created("evt_01", "sub_01"))).await;
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);

@@ -6,7 +6,7 @@ use serde_json::json;
 use sqlx::PgConnection;
 use webhook_inbox::event::Event;
 use webhook_inbox::inbox::{
-    Delivery, Effects, InboxError, Outcome, Routed, Source, ToRecord, record, record_together,
+    Delivery, InboxError, Recorded, Routed, RoutingTable, Source, ToRecord, record, record_together,
 };
 
 use crate::support::watch::{Gate, until, waiting_on};
@@ -25,7 +25,7 @@ fn delivery(id: &str, payload: &str) -> Delivery {
 
 /// `delivery` on the recording lane (its type has no side effects).
 fn to_record(delivery: Delivery) -> ToRecord {
-    match Effects::default().route(delivery) {
+    match RoutingTable::default().route(delivery) {
         Routed::Record(delivery) => delivery,
         Routed::Apply(_) => unreachable!("no effects"),
     }
@@ -36,7 +36,7 @@ async fn together(
     app: &TestApp,
     conn: &mut PgConnection,
     deliveries: &[ToRecord],
-) -> Vec<Result<Outcome, InboxError>> {
+) -> Vec<Result<Recorded, InboxError>> {
     let fallbacks = app.state.metrics.batch_fallbacks();
     record_together(conn, &deliveries.iter().collect::<Vec<_>>(), &fallbacks).await
 }
@@ -64,10 +64,10 @@ async fn a_batch_answers_each_delivery_even_when_one_payload_is_refused_or_repea
         together(&app, &mut conn, &deliveries).await
     };
 
-    assert!(matches!(results[0], Ok(Outcome::Processed { .. })), "{results:?}");
+    assert!(matches!(results[0], Ok(Recorded::Processed { .. })), "{results:?}");
     assert!(matches!(results[1], Err(InboxError::UnstorablePayload)), "{results:?}");
-    assert!(matches!(results[2], Ok(Outcome::Processed { .. })), "{results:?}");
-    assert!(matches!(results[3], Ok(Outcome::Duplicate { .. })), "{results:?}");
+    assert!(matches!(results[2], Ok(Recorded::Processed { .. })), "{results:?}");
+    assert!(matches!(results[3], Ok(Recorded::Duplicate { .. })), "{results:?}");
     assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 2);
     assert_eq!(app.archive_statuses().await.iter().filter(|s| *s == "PROCESSED").count(), 2);
     assert_eq!(app.archive_statuses().await.iter().filter(|s| *s == "SKIPPED").count(), 1);
@@ -123,20 +123,20 @@ async fn a_batch_of_new_and_known_events_records_each_with_its_own_outcome() {
     let payload = r#"{"event_id": "x"}"#;
     let known = [delivery("evt_1", payload), delivery("evt_2", payload)].map(to_record);
     let first = together(&app, &mut conn, &known).await;
-    assert!(first.iter().all(|r| matches!(r, Ok(Outcome::Processed { .. }))), "{first:?}");
+    assert!(first.iter().all(|r| matches!(r, Ok(Recorded::Processed { .. }))), "{first:?}");
 
     let mixed =
         [delivery("evt_2", payload), delivery("evt_3", payload), delivery("evt_1", payload)].map(to_record);
     let second = together(&app, &mut conn, &mixed).await;
 
-    assert!(matches!(second[0], Ok(Outcome::Duplicate { .. })), "{second:?}");
-    assert!(matches!(second[1], Ok(Outcome::Processed { .. })), "{second:?}");
-    assert!(matches!(second[2], Ok(Outcome::Duplicate { .. })), "{second:?}");
+    assert!(matches!(second[0], Ok(Recorded::Duplicate { .. })), "{second:?}");
+    assert!(matches!(second[1], Ok(Recorded::Processed { .. })), "{second:?}");
+    assert!(matches!(second[2], Ok(Recorded::Duplicate { .. })), "{second:?}");
     // Each answer names its own archive row.
     let ids: Vec<i64> = second
         .iter()
         .map(|r| match r {
-            Ok(Outcome::Processed { archive_id } | Outcome::Duplicate { archive_id }) => *archive_id,
+            Ok(Recorded::Processed { archive_id } | Recorded::Duplicate { archive_id }) => *archive_id,
             other => panic!("{other:?}"),
         })
         .collect();

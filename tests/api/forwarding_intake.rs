@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use webhook_inbox::destinations::{Declaration, Forwarding};
 use webhook_inbox::event::Event;
-use webhook_inbox::inbox::{Effects, InboxError, Outcome, Routed, Source, ToRecord, record_together};
+use webhook_inbox::inbox::{InboxError, Recorded, Routed, RoutingTable, Source, ToRecord, record_together};
 
 use crate::support::app::processed_at_once;
 use crate::support::forwarding::*;
@@ -117,7 +117,7 @@ async fn each_destination_that_wants_an_event_gets_one_job_and_no_other_does() {
 }
 
 /// A recording-lane delivery of event `id` from Paddle with a raw `payload`.
-fn to_record(effects: &Effects, id: &str, payload: &str) -> ToRecord {
+fn to_record(routing: &RoutingTable, id: &str, payload: &str) -> ToRecord {
     let delivery = webhook_inbox::inbox::Delivery {
         provider: "paddle".into(),
         event: Event {
@@ -128,7 +128,7 @@ fn to_record(effects: &Effects, id: &str, payload: &str) -> ToRecord {
         source: Source::Webhook { signature: "ts=1;h1=00".into(), secret_index: 0 },
         request_id: None,
     };
-    match effects.route(delivery) {
+    match routing.route(delivery) {
         Routed::Record(delivery) => delivery,
         Routed::Apply(_) => unreachable!("no effects"),
     }
@@ -142,31 +142,31 @@ async fn deliveries_recorded_together_write_their_jobs_in_the_same_statement_and
             None
         })
         .unwrap();
-    let effects = Effects::default().with_destinations(Arc::new(Forwarding::declared(declaration)));
+    let routing = RoutingTable::default().with_destinations(Arc::new(Forwarding::declared(declaration)));
     let mut conn = app.pool().acquire().await.unwrap();
     let fallbacks = app.state.metrics.batch_fallbacks();
     let good = r#"{"event_id":  "x"}"#;
 
     // A batch: two new events, and one repeated within it.
     let batch = [
-        to_record(&effects, "evt_a", good),
-        to_record(&effects, "evt_b", good),
-        to_record(&effects, "evt_a", good),
+        to_record(&routing, "evt_a", good),
+        to_record(&routing, "evt_b", good),
+        to_record(&routing, "evt_a", good),
     ];
     let results = record_together(&mut conn, &batch.iter().collect::<Vec<_>>(), &fallbacks).await;
     assert!(
         matches!(
             results[..],
-            [Ok(Outcome::Processed { .. }), Ok(Outcome::Processed { .. }), Ok(Outcome::Duplicate { .. })]
+            [Ok(Recorded::Processed { .. }), Ok(Recorded::Processed { .. }), Ok(Recorded::Duplicate { .. })]
         ),
         "{results:?}"
     );
     // A batch PostgreSQL refuses (one payload is not storable): one at a time.
     let unstorable = r#"{"name": "nul\u0000"}"#;
     let batch = [
-        to_record(&effects, "evt_b", good),
-        to_record(&effects, "evt_c", unstorable),
-        to_record(&effects, "evt_d", good),
+        to_record(&routing, "evt_b", good),
+        to_record(&routing, "evt_c", unstorable),
+        to_record(&routing, "evt_d", good),
     ];
     let results = record_together(&mut conn, &batch.iter().collect::<Vec<_>>(), &fallbacks).await;
     assert!(matches!(results[1], Err(InboxError::UnstorablePayload)), "{results:?}");
@@ -185,13 +185,13 @@ async fn a_replay_of_an_event_whose_sent_job_was_purged_is_not_forwarded_again()
     let app = TestApp::spawn().await;
     let declaration =
         Declaration::parse(&destination("http://127.0.0.1:9/", ""), "test.toml", |_| None).unwrap();
-    let effects = Effects::default().with_destinations(Arc::new(Forwarding::declared(declaration)));
+    let routing = RoutingTable::default().with_destinations(Arc::new(Forwarding::declared(declaration)));
     let mut conn = app.pool().acquire().await.unwrap();
     let fallbacks = app.state.metrics.batch_fallbacks();
     let payload = r#"{"event_id": "x"}"#;
-    let first = [to_record(&effects, "evt_1", payload), to_record(&effects, "evt_2", payload)];
+    let first = [to_record(&routing, "evt_1", payload), to_record(&routing, "evt_2", payload)];
     record_together(&mut conn, &first.iter().collect::<Vec<_>>(), &fallbacks).await;
-    let alone = to_record(&effects, "evt_3", payload);
+    let alone = to_record(&routing, "evt_3", payload);
     webhook_inbox::inbox::record(&mut conn, &alone).await.unwrap();
     assert_eq!(app.count("SELECT count(*) FROM destination_jobs").await, 3);
     // Sent, and purged by retention since.
@@ -199,10 +199,10 @@ async fn a_replay_of_an_event_whose_sent_job_was_purged_is_not_forwarded_again()
 
     // The provider replays them, alone and together: the dedup table, not
     // the jobs table, decides.
-    let replays = [to_record(&effects, "evt_1", payload), to_record(&effects, "evt_3", payload)];
+    let replays = [to_record(&routing, "evt_1", payload), to_record(&routing, "evt_3", payload)];
     let results = record_together(&mut conn, &replays.iter().collect::<Vec<_>>(), &fallbacks).await;
-    assert!(results.iter().all(|r| matches!(r, Ok(Outcome::Duplicate { .. }))), "{results:?}");
-    let replay = to_record(&effects, "evt_2", payload);
-    assert!(matches!(webhook_inbox::inbox::record(&mut conn, &replay).await, Ok(Outcome::Duplicate { .. })));
+    assert!(results.iter().all(|r| matches!(r, Ok(Recorded::Duplicate { .. }))), "{results:?}");
+    let replay = to_record(&routing, "evt_2", payload);
+    assert!(matches!(webhook_inbox::inbox::record(&mut conn, &replay).await, Ok(Recorded::Duplicate { .. })));
     assert_eq!(app.count("SELECT count(*) FROM destination_jobs").await, 0);
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 use sqlx::PgConnection;
 use webhook_inbox::event::Event;
 use webhook_inbox::http::{AppState, Limits, app};
-use webhook_inbox::inbox::{Effect, EffectError, Effects};
+use webhook_inbox::inbox::{Effect, EffectError, RoutingTable};
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::paddle::Paddle;
 
@@ -126,8 +126,8 @@ async fn a_handler_that_swallows_a_failed_statement_is_archived_failed_never_ans
     let db = TestDatabase::create().await;
     let providers = Registry::default().with(Paddle::verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
-    let effects = Effects::default().on("paddle", "subscription.created", SwallowsErrors);
-    let router = app(AppState::new(db.pool().clone(), providers, effects, limits));
+    let routing = RoutingTable::default().on("paddle", "subscription.created", SwallowsErrors);
+    let router = app(AppState::new(db.pool().clone(), providers, routing, limits));
 
     let answer = send(&router, &paddle(&subscription_created("evt_01", "sub_01"))).await;
 

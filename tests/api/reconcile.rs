@@ -615,7 +615,7 @@ async fn two_replicas_reconciling_periodically_never_read_the_same_provider_at_o
             let log = config.log("paddle", client::build()).unwrap();
             periodic::spawn(
                 state.pool.clone(),
-                state.effects.clone(),
+                state.routing.clone(),
                 log,
                 Duration::from_millis(20),
                 state.metrics.clone(),

@@ -13,7 +13,7 @@ use crate::destinations::Declaration;
 use super::json_line;
 use crate::cli::table;
 use crate::config::EffectsConfig;
-use crate::inbox::Effects;
+use crate::inbox::RoutingTable;
 use crate::operations::display::visible;
 use crate::operations::{EventFilter, Reprocessed, Summary, query, reprocess};
 
@@ -53,21 +53,21 @@ pub async fn run(
     request_id: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let effects = crate::cli::effects(&args.effects, declaration);
+    let routing = crate::cli::routing(&args.effects, declaration);
     let summary = match args.id {
         Some(id) => {
             ensure!(
                 args.filter.is_empty() && args.limit.is_none(),
                 "give an archive id or filters, not both"
             );
-            one(pool, &effects, &args, id, request_id, out).await?
+            one(pool, &routing, &args, id, request_id, out).await?
         }
         None => {
             ensure!(
                 !args.filter.is_empty(),
                 "give an archive id, or filters for a bulk run (e.g. --status FAILED --since 1d)"
             );
-            matching(pool, &effects, &args, request_id, out).await?
+            matching(pool, &routing, &args, request_id, out).await?
         }
     };
     if summary.failed > 0 {
@@ -78,7 +78,7 @@ pub async fn run(
 
 async fn one(
     pool: &PgPool,
-    effects: &Effects,
+    routing: &RoutingTable,
     args: &ReprocessArgs,
     id: i64,
     request_id: &str,
@@ -94,6 +94,7 @@ async fn one(
             let row = &event.summary;
             let fate = match event.event_applied_at {
                 Some(_) => "already applied: would be recorded SKIPPED, changing nothing",
+                // "handler": the dry run's wording since the first release, kept for scripts that read it.
                 None => "not applied: would run its handler",
             };
             writeln!(
@@ -107,7 +108,7 @@ async fn one(
         }
         return Ok(summary);
     }
-    let reprocessed = reprocess::reprocess(pool, effects, id, Some(request_id)).await?;
+    let reprocessed = reprocess::reprocess(pool, routing, id, Some(request_id)).await?;
     summary.add(&reprocessed);
     print(out, args.json, None, &reprocessed)?;
     Ok(summary)
@@ -115,7 +116,7 @@ async fn one(
 
 async fn matching(
     pool: &PgPool,
-    effects: &Effects,
+    routing: &RoutingTable,
     args: &ReprocessArgs,
     request_id: &str,
     out: &mut dyn Write,
@@ -136,7 +137,7 @@ async fn matching(
     }
     for (done, target) in targets.iter().enumerate() {
         let reprocessed =
-            reprocess::reprocess(pool, effects, target.id, Some(request_id)).await.with_context(|| {
+            reprocess::reprocess(pool, routing, target.id, Some(request_id)).await.with_context(|| {
                 format!("stopped at archived event {} ({} of {})", target.id, done + 1, targets.len())
             })?;
         summary.add(&reprocessed);

@@ -22,15 +22,15 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use crate::inbox::{EffectError, Effects};
+use crate::inbox::{EffectError, RoutingTable};
 use crate::providers::paddle::Paddle;
 use subscriptions::{SubscriptionChanged, SubscriptionCreated};
 use transactions::TransactionCompleted;
 
 /// Paddle's events with effects here: subscriptions and renewals.
-pub fn register(effects: Effects, price_credits: PriceCredits) -> Effects {
+pub fn register(routing: RoutingTable, price_credits: PriceCredits) -> RoutingTable {
     let price_credits = Arc::new(price_credits);
-    effects
+    routing
         .on(Paddle::NAME, "subscription.created", SubscriptionCreated(price_credits.clone()))
         .on_each(Paddle::NAME, &subscriptions::CHANGES, SubscriptionChanged)
         .on(Paddle::NAME, "transaction.completed", TransactionCompleted(price_credits))

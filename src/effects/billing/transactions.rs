@@ -16,7 +16,7 @@ use crate::inbox::{Effect, EffectError};
 /// The origin Paddle gives the transactions it creates to renew a subscription.
 const RENEWAL: &str = "subscription_recurring";
 
-/// The part of a Paddle transaction entity the handler uses.
+/// The part of a Paddle transaction entity the effect reads.
 #[derive(Debug, Deserialize)]
 struct Transaction<'a> {
     #[serde(borrow)]

@@ -13,7 +13,7 @@ use crate::http::error::ApiError;
 use crate::operations::Since;
 use crate::operations::destinations::{self, DestinationView, TestResult};
 use crate::operations::filter::parsed;
-use crate::operations::jobs::{self, Job, JobDetail, JobFilter};
+use crate::operations::jobs::{self, JobDetail, JobFilter, JobSummary};
 use crate::operations::page::Cursor;
 
 /// Jobs per page unless `limit` says otherwise.
@@ -62,7 +62,7 @@ pub async fn list_jobs(
     query: Result<Query<ListQuery<JobFilter>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Listing { filter, limit, cursor } = Listing::read(query, PAGE, MAX_PAGE)?;
-    let mut rows: Vec<Job> =
+    let mut rows: Vec<JobSummary> =
         jobs::list(&state.pool, &filter, limit + 1, cursor.map(Cursor::position)).await?;
     // One row more than the page tells whether there is a next page.
     let next_cursor = (rows.len() > limit as usize).then(|| {
@@ -85,7 +85,7 @@ pub async fn show_job(
 pub async fn replay_job(
     State(state): State<AppState>,
     id: Result<Path<i64>, PathRejection>,
-) -> Result<Json<Job>, ApiError> {
+) -> Result<Json<JobSummary>, ApiError> {
     let job = jobs::replay(&state.pool, job_id(id)?).await?;
     state.forwarding.wake(&job.destination);
     Ok(Json(job))

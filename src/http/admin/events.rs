@@ -52,7 +52,7 @@ pub async fn reprocess_one(
     id: Result<Path<i64>, PathRejection>,
 ) -> Result<Json<Reprocessed>, ApiError> {
     let id = archive_id(id)?;
-    let reprocessed = reprocess::reprocess(&state.pool, &state.effects, id, request_id(&headers)).await?;
+    let reprocessed = reprocess::reprocess(&state.pool, &state.routing, id, request_id(&headers)).await?;
     Ok(Json(reprocessed))
 }
 
@@ -91,7 +91,7 @@ pub async fn reprocess_matching(
         return Ok(Json(json!({ "dry_run": true, "events": plan.events, "more": plan.more })));
     }
     let ran =
-        bulk::run(&state.pool, &state.effects, &plan, request_id(&headers), |_| async { Ok(()) }).await?;
+        bulk::run(&state.pool, &state.routing, &plan, request_id(&headers), |_| async { Ok(()) }).await?;
     Ok(Json(json!({ "dry_run": false, "results": ran.results, "summary": ran.summary, "more": plan.more })))
 }
 

@@ -30,7 +30,7 @@ pub async fn reprocess_one(
     id: Result<Path<i64>, PathRejection>,
 ) -> Result<Response, ConsoleError> {
     let id = archive_id(id)?;
-    let reprocessed = reprocess::reprocess(&state.pool, &state.effects, id, request_id(&headers)).await?;
+    let reprocessed = reprocess::reprocess(&state.pool, &state.routing, id, request_id(&headers)).await?;
     audit::record_reprocess(&state.pool, &session.actor(), "reprocess", &reprocessed).await?;
     Ok(Redirect::to(&format!("/console/events/{}", reprocessed.archive_id)).into_response())
 }
@@ -78,7 +78,7 @@ pub async fn bulk_run(
     let filters = failed_only(form)?;
     let plan = bulk::plan(&state.pool, &filters.filter, BULK).await?;
     let actor = session.actor();
-    let ran = bulk::run(&state.pool, &state.effects, &plan, request_id(&headers), |reprocessed| {
+    let ran = bulk::run(&state.pool, &state.routing, &plan, request_id(&headers), |reprocessed| {
         let (pool, actor) = (state.pool.clone(), actor.clone());
         async move { Ok(audit::record_reprocess(&pool, &actor, "bulk reprocess", &reprocessed).await?) }
     })

@@ -30,12 +30,12 @@ pub struct Strip {
     pub svg: String,
 }
 
-/// An outcome's label, CSS class, and count in a minute.
-type Outcome = (&'static str, &'static str, fn(&Counts) -> i64);
+/// What a strip shows: an outcome's label, CSS class, and its count in a minute.
+type StripOf = (&'static str, &'static str, fn(&Counts) -> i64);
 
 /// The strips of `per_minute` (oldest minute first).
 pub fn strips(per_minute: &[Counts]) -> Vec<Strip> {
-    let outcomes: [Outcome; 3] = [
+    let outcomes: [StripOf; 3] = [
         ("processed", "processed", |c| c.processed),
         ("idempotent", "skipped", |c| c.skipped),
         ("failed", "failed", |c| c.failed),

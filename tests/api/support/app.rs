@@ -371,9 +371,9 @@ async fn state_for(db: &TestDatabase, config: &TestConfig) -> AppState {
         standard_webhooks: config.standard_webhooks.parse().unwrap(),
     };
     let providers = Registry::configure(&providers, 300).unwrap();
-    let effects = webhook_inbox::effects::all(PRICE_CREDITS.parse().unwrap());
+    let routing = webhook_inbox::effects::all(PRICE_CREDITS.parse().unwrap());
     let limits = Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: Duration::from_secs(5) };
-    let mut state = AppState::new(pool, providers, effects, limits);
+    let mut state = AppState::new(pool, providers, routing, limits);
     let token = |token: &str| BearerToken::new(&secrecy::SecretString::from(token)).unwrap();
     if let Some(admin) = config.admin_token {
         state = state.with_admin_token(token(admin));

@@ -56,21 +56,23 @@ pub enum EffectError {
     /// A statement of the effect failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
-    /// The effect panicked; the process keeps serving.
+    /// The effect panicked; the process keeps serving. The text, stored in
+    /// the FAILED row's `error_message`, keeps the word of the first
+    /// releases ("handler"), which operators' queries may match.
     #[error("handler panicked: {0}")]
     Panicked(String),
 }
 
-/// Every event type that has side effects, by provider, and its effect.
-/// Events of any other type are only recorded. And where events are
-/// forwarded, which any event may be, whatever its lane.
+/// The routing table: which event types have which effect (by provider;
+/// events of any other type are only recorded), and the destinations that
+/// events are forwarded to, whatever their lane.
 #[derive(Clone, Default)]
-pub struct Effects {
+pub struct RoutingTable {
     effects: HashMap<String, HashMap<String, Arc<dyn Boxed>>>,
     destinations: Option<Arc<dyn Destinations>>,
 }
 
-impl Effects {
+impl RoutingTable {
     /// Gives events of `event_type` from `provider` the effect `effect`.
     pub fn on(self, provider: &str, event_type: &str, effect: impl Effect) -> Self {
         self.on_each(provider, &[event_type], effect)
@@ -103,14 +105,14 @@ impl Effects {
     }
 }
 
-impl std::fmt::Debug for Effects {
+impl std::fmt::Debug for RoutingTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let types: Vec<(&str, &str)> = self
             .effects
             .iter()
             .flat_map(|(provider, types)| types.keys().map(move |t| (provider.as_str(), t.as_str())))
             .collect();
-        f.debug_tuple("Effects").field(&types).finish()
+        f.debug_tuple("RoutingTable").field(&types).finish()
     }
 }
 
@@ -133,7 +135,7 @@ impl Routed {
     }
 }
 
-/// A delivery whose event has no side effects. Only [`Effects::route`]
+/// A delivery whose event has no side effects. Only [`RoutingTable::route`]
 /// makes one, so the recording lane, which applies nothing, cannot be
 /// handed an event that has effects. Code outside the inbox cannot build
 /// one by hand:
