@@ -1,7 +1,10 @@
 //! The modules' dependencies have no circle: for any two top-level modules,
 //! at most one names the other, even through a third. A circle (`config`
 //! and `db` once) means neither can be read, changed or tested without the
-//! other; the core (`inbox`, `queue`) names no layer built on it.
+//! other; the core (`inbox`, `queue`) names no layer built on it. And
+//! `config` is a leaf: it parses flags into plain values and names no other
+//! module, so that what it reads never depends on what the service builds
+//! from it (the entry point, `cli`, does that).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -73,6 +76,13 @@ fn no_module_depends_on_itself_through_others() {
     let graph = dependencies(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     assert!(graph.len() > 10 && graph["cli"].contains("inbox"), "the scan found the modules: {graph:?}");
     assert_eq!(circle(&graph), None, "an import circle");
+}
+
+#[test]
+fn configuration_names_no_other_module() {
+    let graph = dependencies(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(graph["telemetry"].contains("config"), "the scan found who names config: {graph:?}");
+    assert_eq!(graph["config"], BTreeSet::new(), "config names other modules");
 }
 
 #[test]

@@ -149,7 +149,7 @@ impl Setting<'_> {
             ("PADDLE_WEBHOOK_SECRET", PADDLE_SECRET.to_string()),
             ("DATA_DIR", self.work.join("pg").display().to_string()),
             // Resumes are seen within 50 ms.
-            ("OUTBOX_POLL_INTERVAL_MS", "50".to_string()),
+            ("QUEUE_POLL_INTERVAL_MS", "50".to_string()),
         ];
         if with_destination {
             env.push(("CONFIG_FILE", self.declaration.display().to_string()));

@@ -15,13 +15,15 @@ mod table;
 use std::io::Write;
 use std::path::PathBuf;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Arg, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing::Instrument;
 
-use crate::config::{EffectsConfig, LogFormat, ServeConfig};
-use crate::db::{Database, DatabaseConfig};
+use crate::config::{DatabaseConfig, EffectsConfig, LogFormat, ServeConfig};
+use crate::db::Database;
 use crate::destinations::{Declaration, Forwarding};
-use crate::inbox::RoutingTable;
+use crate::effects::billing::PriceCredits;
+use crate::inbox::{MIN_POOL_SIZE, RECORDERS, RESERVED_CONNECTIONS, RoutingTable};
+use crate::providers::ProviderConfig;
 
 /// The `--help` heading of the options every subcommand takes besides the
 /// database's, so that a subcommand's own options stand apart from them.
@@ -29,7 +31,7 @@ pub const GLOBAL: &str = "Every subcommand";
 
 /// Verified, archived, exactly-once webhook intake for Paddle, Clerk and more.
 #[derive(Debug, Parser)]
-#[command(name = "webhook-inbox", version, about)]
+#[command(name = "webhook-inbox", version, about, mut_arg("db_max_connections", pool_size))]
 pub struct Cli {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text", global = true, help_heading = GLOBAL)]
@@ -68,7 +70,7 @@ pub fn parse() -> Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Receive webhooks over HTTP (applies migrations first, unless --no-migrate).
-    Serve(Box<ServeConfig>),
+    Serve(Box<ServeConfig<ProviderConfig>>),
     /// Find, inspect and reprocess archived deliveries.
     #[command(subcommand)]
     Events(events::EventsCommand),
@@ -125,10 +127,21 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
     .await
 }
 
-/// The effects, configured: what `serve` applies and `events reprocess`
-/// applies again, and (for the CLI's reprocess; `serve` adds its running
-/// queues) where events are forwarded. Warns when no price is listed: every
-/// Paddle subscription or renewal with items then fails until its prices are.
+/// `DB_MAX_CONNECTIONS` as the delivery workers need it: at least
+/// [`MIN_POOL_SIZE`], with a help that says why.
+fn pool_size(arg: Arg) -> Arg {
+    arg.value_parser(clap::value_parser!(u32).range(i64::from(MIN_POOL_SIZE)..)).help(format!(
+        "Most connections the pool opens (at least {MIN_POOL_SIZE}): {RECORDERS} record deliveries without \
+         side effects, {RESERVED_CONNECTIONS} serve the outbox, readiness, metrics, the archive's upkeep and the admin \
+         API, the rest apply deliveries with side effects"
+    ))
+}
+
+/// The routing table, configured: the effects `serve` applies and `events
+/// reprocess` applies again, and (for the CLI's reprocess; `serve` adds its
+/// running queues) where events are forwarded. Warns when no price is
+/// listed: every Paddle subscription or renewal with items then fails until
+/// its prices are.
 fn routing(config: &EffectsConfig, declaration: &Declaration) -> RoutingTable {
     if config.paddle_price_credits.is_empty() {
         tracing::warn!(
@@ -136,7 +149,7 @@ fn routing(config: &EffectsConfig, declaration: &Declaration) -> RoutingTable {
              their prices are listed"
         );
     }
-    let routing = crate::effects::all(config.paddle_price_credits.clone());
+    let routing = crate::effects::all(PriceCredits::from(config.paddle_price_credits.clone()));
     match declaration.is_empty() {
         true => routing,
         false => routing.with_destinations(std::sync::Arc::new(Forwarding::declared(declaration.clone()))),

@@ -8,12 +8,12 @@ use sqlx::PgPool;
 
 use super::json_line;
 use crate::client;
-use crate::config::EffectsConfig;
+use crate::config::{ApiConfig, EffectsConfig};
 use crate::destinations::Declaration;
 use crate::operations::Since;
 use crate::operations::display::visible;
 use crate::providers::{self, StandardSenders};
-use crate::reconcile::{self, ApiConfig, Gap, LogError, Options, Summary};
+use crate::reconcile::{self, Gap, Log, LogError, Options, Summary};
 
 /// What to reconcile, from when.
 #[derive(Debug, Args)]
@@ -69,7 +69,7 @@ pub async fn run(
     declaration: &Declaration,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<()> {
-    let log = match args.api.log(&args.provider, client::build()) {
+    let log = match Log::configure(&args.api, &args.provider, client::build()) {
         Ok(log) => log,
         Err(LogError::NoLog(_)) => {
             known_provider(&args)?;

@@ -13,15 +13,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client;
-use crate::config::{OutboxConfig, RetentionConfig, ServeConfig};
-use crate::db::{self, Database, DatabaseConfig, partitions};
+use crate::config::{
+    ConsoleConfig, DatabaseConfig, OutboxConfig, ReconcileConfig, RetentionConfig, ServeConfig,
+};
+use crate::db::{self, Database, partitions};
 use crate::destinations::{self, Declaration, Forwarding};
-use crate::http::{self, AppState, BearerToken, ConnectionLimits, Limits};
+use crate::http::{self, AppState, BearerToken, ConnectionLimits, ConsoleSettings, Limits};
 use crate::operations::{Age, RetentionPolicy, maintenance};
 use crate::outbox::{Emails, Mailer, Templates};
-use crate::providers::{self, Registry};
+use crate::providers::{self, ProviderConfig, Registry};
 use crate::queue::{Engine, Schedule};
-use crate::reconcile::{PeriodicConfig, periodic};
+use crate::reconcile::{Log, periodic};
 
 /// How often the archive's upkeep runs (partitions ahead, retention).
 const UPKEEP_EVERY: Duration = Duration::from_secs(3600);
@@ -29,7 +31,7 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(3600);
 /// Serves until SIGTERM or Ctrl-C, then drains and stops the embedded database.
 pub async fn run(
     database: &DatabaseConfig,
-    config: ServeConfig,
+    config: ServeConfig<ProviderConfig>,
     declaration: Declaration,
 ) -> anyhow::Result<()> {
     let providers = Registry::configure(&config.providers, config.signature_tolerance_secs)?;
@@ -74,13 +76,12 @@ pub async fn run(
         Limits { max_body_bytes: config.max_body_bytes, body_read_timeout: config.request_read_timeout() },
     );
     if let Some(token) = admin_token {
-        state = state.with_admin_token(token).with_console(config.console.settings());
+        state = state.with_admin_token(token).with_console(console_settings(&config.console));
     }
     if let Some(token) = metrics_token {
         state = state.with_metrics_token(token);
     }
-    let mut engine =
-        Engine::new(db.pool.clone(), Duration::from_millis(config.outbox.outbox_poll_interval_ms));
+    let mut engine = Engine::new(db.pool.clone(), config.queues.poll_interval());
     if let Some(mailer) = mailer {
         engine.spawn(Emails::new(mailer, schedule(&config.outbox)));
     }
@@ -117,10 +118,10 @@ pub async fn run(
         stop.cancelled().await;
         let signalled = Instant::now();
         let drained_by = signalled + drain;
-        let (emails_done, ()) = tokio::join!(engine.stop(drained_by), stop_upkeep(upkeep, drained_by));
-        (signalled, emails_done)
+        let (sends_done, ()) = tokio::join!(engine.stop(drained_by), stop_upkeep(upkeep, drained_by));
+        (signalled, sends_done)
     };
-    let (deliveries_done, (signalled, emails_done)) = tokio::join!(
+    let (deliveries_done, (signalled, sends_done)) = tokio::join!(
         http::serve(
             listener,
             http::app(state.clone()),
@@ -140,13 +141,13 @@ pub async fn run(
         let _ = reconciler.await;
     }
     db.close_by((signalled + grace).into_std()).await;
-    if !(deliveries_done && emails_done) {
+    if !(deliveries_done && sends_done) {
         tracing::error!(
             grace_secs = grace.as_secs(),
             deliveries_abandoned = !deliveries_done,
-            emails_abandoned = !emails_done,
+            sends_abandoned = !sends_done,
             "shutdown grace period expired with work in flight: abandoned deliveries were never acknowledged \
-             (their providers retry them); abandoned emails are sent when their claim expires"
+             (their providers retry them); abandoned sends (emails, forwards) go again when their claim expires"
         );
         anyhow::bail!("shutdown grace period expired with work in flight");
     }
@@ -155,8 +156,8 @@ pub async fn run(
 
 /// Starts the periodic reconciliation of every provider with an API key,
 /// if `RECONCILE_INTERVAL_SECS` turns it on.
-fn reconcilers(config: &PeriodicConfig, state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
-    let logs = config.logs(&client::build());
+fn reconcilers(config: &ReconcileConfig, state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+    let logs = Log::periodic(config, &client::build());
     let interval = Duration::from_secs(config.reconcile_interval_secs);
     if config.reconcile_interval_secs > 0 && logs.is_empty() {
         tracing::warn!(
@@ -180,6 +181,14 @@ fn reconcilers(config: &PeriodicConfig, state: &AppState, stop: &CancellationTok
             )
         })
         .collect()
+}
+
+/// The console's settings: how its sessions are kept.
+fn console_settings(config: &ConsoleConfig) -> ConsoleSettings {
+    ConsoleSettings {
+        secure_cookie: config.console_secure_cookie,
+        session_ttl: Duration::from_secs(config.console_session_minutes * 60),
+    }
 }
 
 /// Retention's policy, or `None` when it is off.

@@ -1,6 +1,5 @@
 //! The database: migrations, the connection pool and the embedded PostgreSQL default.
 
-pub mod config;
 pub mod conversion;
 pub mod embedded;
 pub mod keepalive;
@@ -16,8 +15,7 @@ use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-pub use config::DatabaseConfig;
-use config::{DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS};
+use crate::config::{DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS, DatabaseConfig};
 use embedded::{EmbeddedError, EmbeddedOptions, EmbeddedPostgres, STOP_TIMEOUT};
 use keepalive::Keepalive;
 

@@ -16,7 +16,7 @@
 //! read gets its [`gap`]: how long since its last verified delivery.
 
 mod client;
-mod config;
+mod configure;
 mod gap;
 mod github;
 mod log;
@@ -28,7 +28,7 @@ pub mod state;
 mod stripe;
 
 pub use client::{ApiClient, ProviderApiError, UnexpectedAnswer};
-pub use config::{ApiConfig, Log, LogError, PROVIDERS, PeriodicConfig};
+pub use configure::{Log, LogError, PROVIDERS};
 pub use gap::{Gap, gap};
 pub use github::{Attempt, AttemptsPage, GitHubHook, HookScope};
 pub use log::{EventLog, Order, Page, Start};

@@ -15,7 +15,8 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use webhook_inbox::client;
-use webhook_inbox::reconcile::{ApiConfig, periodic};
+use webhook_inbox::config::ApiConfig;
+use webhook_inbox::reconcile::{Log, periodic};
 
 use crate::support::console::{ADMIN_TOKEN, Operator};
 use crate::support::events::*;
@@ -612,7 +613,7 @@ async fn two_replicas_reconciling_periodically_never_read_the_same_provider_at_o
     let loops: Vec<_> = replicas
         .iter()
         .map(|state| {
-            let log = config.log("paddle", client::build()).unwrap();
+            let log = Log::configure(&config, "paddle", client::build()).unwrap();
             periodic::spawn(
                 state.pool.clone(),
                 state.routing.clone(),

@@ -12,8 +12,9 @@ use crate::support::*;
 /// What a process may take past its grace period to exit.
 const MARGIN: Duration = Duration::from_millis(500);
 
-/// The outbox worker on `smtp`, looking for emails every 10 ms, and the
-/// shutdown grace period. SMTP_TIMEOUT_SECS keeps its default, 30 s: one
+/// The outbox worker on `smtp`, looking for emails every 10 ms (set by the
+/// setting's old name, which stays an alias of QUEUE_POLL_INTERVAL_MS), and
+/// the shutdown grace period. SMTP_TIMEOUT_SECS keeps its default, 30 s: one
 /// stuck send outlasts the grace period.
 fn env<'a>(smtp_url: &'a str, grace_secs: &'a str) -> [(&'a str, &'a str); 4] {
     [

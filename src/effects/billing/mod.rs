@@ -22,6 +22,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+use crate::config;
 use crate::inbox::{EffectError, RoutingTable};
 use crate::providers::paddle::Paddle;
 use subscriptions::{SubscriptionChanged, SubscriptionCreated};
@@ -75,27 +76,18 @@ fn overflow() -> EffectError {
     EffectError::Invalid("credit amount overflows".into())
 }
 
+impl From<HashMap<String, i64>> for PriceCredits {
+    fn from(credits: HashMap<String, i64>) -> Self {
+        PriceCredits(credits)
+    }
+}
+
 impl FromStr for PriceCredits {
     type Err = String;
 
+    /// As `PADDLE_PRICE_CREDITS` is read ([`config::price_credits`]).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        text.split(',')
-            .map(str::trim)
-            .filter(|entry| !entry.is_empty())
-            .map(|entry| {
-                let (price, credits) = entry
-                    .split_once('=')
-                    .ok_or_else(|| format!("expected price_id=credits, got {entry:?}"))?;
-                let credits: i64 = credits
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|c| *c >= 0)
-                    .ok_or_else(|| format!("credits for {price:?} must be a non-negative integer"))?;
-                Ok((price.trim().to_string(), credits))
-            })
-            .collect::<Result<_, _>>()
-            .map(PriceCredits)
+        config::price_credits(text).map(PriceCredits)
     }
 }
 

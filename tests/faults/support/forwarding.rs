@@ -60,7 +60,7 @@ impl DeclarationFile {
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("CONFIG_FILE", self.dir.path().join("destinations.toml").display().to_string()),
-            ("OUTBOX_POLL_INTERVAL_MS", "100".to_string()),
+            ("QUEUE_POLL_INTERVAL_MS", "100".to_string()),
         ]
     }
 }

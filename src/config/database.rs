@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use secrecy::SecretString;
 
-use crate::inbox::{MIN_POOL_SIZE, RECORDERS, RESERVED_CONNECTIONS};
+use super::secret;
 
 /// `LOCK_TIMEOUT_MS` unless set.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 3000;
@@ -26,9 +26,9 @@ pub struct DatabaseConfig {
     #[arg(long, env = "DATA_DIR", default_value = ".webhook-inbox", global = true)]
     pub data_dir: PathBuf,
 
-    /// Most connections the pool opens.
-    #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16, global = true, help = pool_help(),
-          value_parser = clap::value_parser!(u32).range(i64::from(MIN_POOL_SIZE)..))]
+    /// Most connections the pool opens. Its floor and the help that explains
+    /// it come from the delivery workers' numbers, which the entry point adds.
+    #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16, global = true)]
     pub db_max_connections: u32,
 
     /// How long a delivery waits for a free delivery worker (or a pooled connection) before answering 503.
@@ -57,17 +57,4 @@ pub struct DatabaseConfig {
     #[arg(long, env = "DB_KEEPALIVE_COUNT", default_value_t = 3, global = true,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub db_keepalive_count: u32,
-}
-
-/// `DB_MAX_CONNECTIONS`'s help, from the numbers it depends on.
-fn pool_help() -> String {
-    format!(
-        "Most connections the pool opens (at least {MIN_POOL_SIZE}): {RECORDERS} record deliveries without \
-         side effects, {RESERVED_CONNECTIONS} serve the outbox, readiness, metrics, the archive's upkeep and the admin \
-         API, the rest apply deliveries with side effects"
-    )
-}
-
-fn secret(text: &str) -> Result<SecretString, std::convert::Infallible> {
-    Ok(SecretString::from(text))
 }

@@ -1,22 +1,30 @@
 //! Configuration: command-line flags, each with an environment variable
-//! fallback, parsed and checked here and nothing more; `cli` builds the
-//! service from them. Secrets are parsed into `SecretString`s and never
-//! printed, not even by `--help`.
+//! fallback, parsed into plain values and nothing more. This module names
+//! no other of the crate (a test keeps it a leaf): the entry point (`cli`)
+//! builds the service's objects from these values. Secrets are parsed into
+//! `SecretString`s, by [`secret`] alone, and never printed, not even by
+//! `--help`.
 
+mod database;
+mod reconcile;
+
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, FromArgMatches, ValueEnum};
 use secrecy::SecretString;
 
-use crate::effects::billing::PriceCredits;
-use crate::providers::ProviderConfig;
+pub use database::{DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS, DatabaseConfig};
+pub use reconcile::{ApiConfig, ReconcileConfig};
 
-/// How `serve` listens, verifies and applies.
+/// How `serve` listens, verifies and applies. `P` is the providers' secret
+/// flags, which the providers generate from their own list (the `cli` names
+/// it), so that this module needs no provider.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "HTTP")]
-pub struct ServeConfig {
+pub struct ServeConfig<P: Args + FromArgMatches + Clone + std::fmt::Debug + Send + Sync + 'static> {
     /// Address to listen on.
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen_addr: SocketAddr,
@@ -35,7 +43,7 @@ pub struct ServeConfig {
 
     /// Each provider's secrets: `--{name}-webhook-secret` (`{NAME}_WEBHOOK_SECRET`) and `STANDARD_WEBHOOKS`.
     #[command(flatten, next_help_heading = "Providers")]
-    pub providers: ProviderConfig,
+    pub providers: P,
 
     /// Largest accepted difference, into the past or the future, between a signature's timestamp and now.
     #[arg(long, env = "SIGNATURE_TOLERANCE_SECS", default_value_t = 300, help_heading = "Providers")]
@@ -45,7 +53,7 @@ pub struct ServeConfig {
     #[command(flatten)]
     pub effects: EffectsConfig,
 
-    /// On SIGTERM or Ctrl-C, the bound on the whole shutdown: in-flight deliveries and email sends get all of it but the last fifth (at most 2 s), which closes the database.
+    /// On SIGTERM or Ctrl-C, the bound on the whole shutdown: in-flight deliveries and queue sends (emails, forwards) get all of it but the last fifth (at most 2 s), which closes the database.
     #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 25, help_heading = "Operations")]
     pub shutdown_grace_secs: u64,
 
@@ -54,7 +62,7 @@ pub struct ServeConfig {
     pub no_migrate: bool,
 
     /// Bearer token of the admin API under /admin (at least 16 bytes, no surrounding whitespace). Unset or empty: /admin answers 404.
-    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true, value_parser = parse_secret, help_heading = "Operations")]
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true, value_parser = secret, help_heading = "Operations")]
     pub admin_token: Option<SecretString>,
 
     /// The operator console at /console (on with ADMIN_TOKEN).
@@ -62,7 +70,7 @@ pub struct ServeConfig {
     pub console: ConsoleConfig,
 
     /// Bearer token GET /metrics requires. Unset: /metrics is open (keep it off the public internet).
-    #[arg(long, env = "METRICS_TOKEN", hide_env_values = true, value_parser = parse_secret, help_heading = "Operations")]
+    #[arg(long, env = "METRICS_TOKEN", hide_env_values = true, value_parser = secret, help_heading = "Operations")]
     pub metrics_token: Option<SecretString>,
 
     /// How long archive rows are kept.
@@ -71,11 +79,15 @@ pub struct ServeConfig {
 
     /// Periodic reconciliation with the providers' event APIs (off by default).
     #[command(flatten)]
-    pub reconcile: crate::reconcile::PeriodicConfig,
+    pub reconcile: ReconcileConfig,
 
     /// The outbox worker and its SMTP server.
     #[command(flatten)]
     pub outbox: OutboxConfig,
+
+    /// The queue engine, which sends the emails and the forwards.
+    #[command(flatten)]
+    pub queues: QueueConfig,
 }
 
 /// The operator console's sessions.
@@ -91,22 +103,12 @@ pub struct ConsoleConfig {
     pub console_session_minutes: u64,
 }
 
-impl ConsoleConfig {
-    /// The settings the HTTP layer takes.
-    pub fn settings(&self) -> crate::http::ConsoleSettings {
-        crate::http::ConsoleSettings {
-            secure_cookie: self.console_secure_cookie,
-            session_ttl: Duration::from_secs(self.console_session_minutes * 60),
-        }
-    }
-}
-
 /// How the outbox worker sends email.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Email (the outbox)")]
 pub struct OutboxConfig {
     /// SMTP server: `smtp://host:2525` (plain), `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host:465`. Unset or empty: the worker is off and emails wait in the outbox.
-    #[arg(long, env = "SMTP_URL", hide_env_values = true, value_parser = parse_secret)]
+    #[arg(long, env = "SMTP_URL", hide_env_values = true, value_parser = secret)]
     pub smtp_url: Option<SecretString>,
 
     /// Sender of every email, e.g. `Acme <noreply@acme.example>`; the Message-ID domain too. Required with SMTP_URL.
@@ -132,13 +134,35 @@ pub struct OutboxConfig {
     /// Longest delay between two attempts.
     #[arg(long, env = "OUTBOX_BACKOFF_CAP_SECS", default_value_t = 3600)]
     pub outbox_backoff_cap_secs: u64,
-
-    /// How often an idle worker looks for due emails.
-    #[arg(long, env = "OUTBOX_POLL_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub outbox_poll_interval_ms: u64,
 }
 
-impl ServeConfig {
+/// `QUEUE_POLL_INTERVAL_MS` unless set (or its old name).
+const DEFAULT_QUEUE_POLL_INTERVAL_MS: u64 = 1000;
+
+/// The queue engine's settings, for every queue it runs (the outbox's
+/// emails, each destination's forwards).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Queues (email and forwarding)")]
+pub struct QueueConfig {
+    /// How often an idle queue (emails, each destination) looks for due rows; a job this process just wrote is claimed at once. Unset: OUTBOX_POLL_INTERVAL_MS, else 1000.
+    #[arg(long, env = "QUEUE_POLL_INTERVAL_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub queue_poll_interval_ms: Option<u64>,
+
+    /// QUEUE_POLL_INTERVAL_MS's name before the engine served the forwards too; still read, when the new name is unset.
+    #[arg(long, env = "OUTBOX_POLL_INTERVAL_MS", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub outbox_poll_interval_ms: Option<u64>,
+}
+
+impl QueueConfig {
+    /// How often an idle queue looks for due rows: `QUEUE_POLL_INTERVAL_MS`,
+    /// else its old name `OUTBOX_POLL_INTERVAL_MS`, else 1 s.
+    pub fn poll_interval(&self) -> Duration {
+        let ms = self.queue_poll_interval_ms.or(self.outbox_poll_interval_ms);
+        Duration::from_millis(ms.unwrap_or(DEFAULT_QUEUE_POLL_INTERVAL_MS))
+    }
+}
+
+impl<P: Args + FromArgMatches + Clone + std::fmt::Debug + Send + Sync + 'static> ServeConfig<P> {
     /// The body and header read timeout.
     pub fn request_read_timeout(&self) -> Duration {
         Duration::from_secs(self.request_read_timeout_secs)
@@ -152,8 +176,28 @@ impl ServeConfig {
 pub struct EffectsConfig {
     /// Credits per unit of each Paddle price, e.g. `pri_a=100,pri_b=500`. A subscription or renewal
     /// with a price not listed fails (archived FAILED, answered 500) until it is; `pri_c=0` grants nothing.
-    #[arg(long, env = "PADDLE_PRICE_CREDITS", default_value = "")]
-    pub paddle_price_credits: PriceCredits,
+    #[arg(long, env = "PADDLE_PRICE_CREDITS", default_value = "", value_parser = price_credits)]
+    pub paddle_price_credits: HashMap<String, i64>,
+}
+
+/// `PADDLE_PRICE_CREDITS`: comma-separated `price_id=credits` entries, the
+/// credits a non-negative integer; blank entries are ignored.
+pub fn price_credits(text: &str) -> Result<HashMap<String, i64>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let (price, credits) =
+                entry.split_once('=').ok_or_else(|| format!("expected price_id=credits, got {entry:?}"))?;
+            let credits: i64 = credits
+                .trim()
+                .parse()
+                .ok()
+                .filter(|c| *c >= 0)
+                .ok_or_else(|| format!("credits for {price:?} must be a non-negative integer"))?;
+            Ok((price.trim().to_string(), credits))
+        })
+        .collect()
 }
 
 /// Retention of archive rows, which `serve` applies in the background.
@@ -182,6 +226,38 @@ pub enum LogFormat {
     Json,
 }
 
-fn parse_secret(text: &str) -> Result<SecretString, std::convert::Infallible> {
+/// The one parser of a secret setting: takes the text as it is, and never
+/// fails, so that clap never quotes the value in an error. What the secret
+/// must be (a key's length, a URL) is checked where it is used, by messages
+/// that do not quote it.
+pub fn secret(text: &str) -> Result<SecretString, std::convert::Infallible> {
     Ok(SecretString::from(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// The flags of the queue engine, alone.
+    #[derive(Debug, Parser)]
+    struct Queues {
+        #[command(flatten)]
+        queues: QueueConfig,
+    }
+
+    fn poll_interval(args: &[&str]) -> Duration {
+        let parsed = Queues::try_parse_from(std::iter::once("test").chain(args.iter().copied())).unwrap();
+        parsed.queues.poll_interval()
+    }
+
+    #[test]
+    fn the_poll_interval_is_read_under_its_new_name_then_its_old_one_then_defaults() {
+        assert_eq!(poll_interval(&[]), Duration::from_secs(1));
+        assert_eq!(poll_interval(&["--outbox-poll-interval-ms", "50"]), Duration::from_millis(50));
+        assert_eq!(poll_interval(&["--queue-poll-interval-ms", "20"]), Duration::from_millis(20));
+        let both = ["--queue-poll-interval-ms", "20", "--outbox-poll-interval-ms", "50"];
+        assert_eq!(poll_interval(&both), Duration::from_millis(20));
+    }
 }
