@@ -8,7 +8,8 @@
 //! and the point where a row is given up (`schedule.rs`), recording on a kept
 //! connection until the lease ends (`connection.rs`), and the loop that keeps
 //! each queue's sends in flight, drains them at shutdown and abandons them
-//! past the deadline (`runner.rs`).
+//! past the deadline (`runner.rs`). Tests run that same loop at a time they
+//! choose, until the queue is idle ([`Engine::run_until_idle`]).
 //!
 //! Sending is at least once: a process that dies between a send and its
 //! record leaves a lease that expires, and the row is sent again. Everything
@@ -17,7 +18,6 @@
 //! record only touches a row its own claim still holds.
 
 mod connection;
-mod round;
 mod runner;
 mod schedule;
 pub mod sql;
@@ -29,8 +29,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-pub use round::{Round, deliver_due, run_once};
-pub use runner::{Engine, Wake};
+pub use runner::{Engine, Tally, Wake};
 pub use schedule::{InvalidSchedule, Schedule};
 
 /// A kind of row the engine sends: how to claim, send and record it.

@@ -15,15 +15,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::KeptConnection;
-use super::{Done, Queue, lease_from, send, unrecorded};
+use super::{Done, Queue, Verdict, lease_from, send, unrecorded};
 
 /// Runs queues until stopped.
 pub struct Engine {
@@ -45,6 +44,39 @@ impl Wake {
     }
 }
 
+/// What a queue's loop did: the rows it claimed, and how each send ended.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    /// Rows claimed.
+    pub claimed: usize,
+    /// Rows sent.
+    pub sent: usize,
+    /// Failed sends that will be tried again.
+    pub retrying: usize,
+    /// Failed sends with no attempt left: the row is dead.
+    pub dead: usize,
+}
+
+impl Tally {
+    fn count(&mut self, verdict: Verdict) {
+        match verdict {
+            Verdict::Sent => self.sent += 1,
+            Verdict::Retry(_) => self.retrying += 1,
+            Verdict::Dead => self.dead += 1,
+        }
+    }
+}
+
+/// How long a queue's loop runs, and on which clock.
+enum Until {
+    /// As `serve` runs it: on the wall clock, until the engine stops,
+    /// looking for due rows when woken or every poll interval.
+    Stopped { poll_interval: Duration, wake: Wake, stop: CancellationToken },
+    /// At the time `now`, until nothing is in flight and no row is due:
+    /// a time a test chose instead of waiting for the clock.
+    Idle { now: DateTime<Utc> },
+}
+
 impl Engine {
     /// An engine on `pool` whose idle queues look for due rows every
     /// `poll_interval`.
@@ -60,14 +92,35 @@ impl Engine {
     /// Starts running `queue`; the handle wakes it.
     pub fn spawn<Q: Queue>(&mut self, queue: Q) -> Wake {
         let wake = Wake::default();
-        self.queues.spawn(run(
-            Arc::new(queue),
-            self.connection.clone(),
-            self.poll_interval,
-            wake.clone(),
-            self.stop.clone(),
-        ));
+        let until =
+            Until::Stopped { poll_interval: self.poll_interval, wake: wake.clone(), stop: self.stop.clone() };
+        let connection = self.connection.clone();
+        self.queues.spawn(async move {
+            let queue = Arc::new(queue);
+            let (tally, _) = run(&queue, connection, until).await;
+            tracing::info!(
+                queue = queue.name(),
+                claimed = tally.claimed,
+                sent = tally.sent,
+                retrying = tally.retrying,
+                dead = tally.dead,
+                "{} worker stopped",
+                queue.name()
+            );
+        });
         wake
+    }
+
+    /// Runs `queue` here, in the same loop as [`spawn`](Engine::spawn), but
+    /// with `now` for its clock and until it is idle: until no row is in
+    /// flight and its last claim found none due at `now`. Returns what it
+    /// did, or the error of a claim that failed (after the sends already in
+    /// flight are recorded).
+    pub async fn run_until_idle<Q: Queue>(&self, queue: &Arc<Q>, now: DateTime<Utc>) -> sqlx::Result<Tally> {
+        match run(queue, self.connection.clone(), Until::Idle { now }).await {
+            (tally, None) => Ok(tally),
+            (_, Some(error)) => Err(error),
+        }
     }
 
     /// Claims nothing new from now on, and waits for the sends in flight
@@ -78,7 +131,7 @@ impl Engine {
     /// claim after the lease (this process's successor, another replica)
     /// sends it. One that had already reached the other side is sent again
     /// then, with the same id.
-    pub async fn stop(mut self, deadline: Instant) -> bool {
+    pub async fn stop(mut self, deadline: tokio::time::Instant) -> bool {
         self.stop.cancel();
         let drained = tokio::time::timeout_at(deadline, async {
             while let Some(finished) = self.queues.join_next().await {
@@ -97,21 +150,26 @@ impl Engine {
     }
 }
 
-/// One queue's loop.
+/// One queue's loop, until `until`: what it did, and, running until idle,
+/// the error of a claim that failed.
 async fn run<Q: Queue>(
-    queue: Arc<Q>,
+    queue: &Arc<Q>,
     connection: Arc<Mutex<KeptConnection>>,
-    poll_interval: Duration,
-    wake: Wake,
-    stop: CancellationToken,
-) {
+    until: Until,
+) -> (Tally, Option<sqlx::Error>) {
     let mut in_flight: JoinSet<Done<Q::Row, Q::Attempt>> = JoinSet::new();
+    let mut tally = Tally::default();
+    let mut claim_failed = None;
     let mut may_be_due = true;
+    let stopped = || matches!(&until, Until::Stopped { stop, .. } if stop.is_cancelled());
     loop {
         let room = queue.capacity().saturating_sub(in_flight.len());
-        if may_be_due && room > 0 && !stop.is_cancelled() {
-            let now = Utc::now();
-            let (lease_until, lease_ends) = lease_from(&*queue, now);
+        if may_be_due && room > 0 && !stopped() && claim_failed.is_none() {
+            let now = match &until {
+                Until::Stopped { .. } => Utc::now(),
+                Until::Idle { now } => *now,
+            };
+            let (lease_until, lease_ends) = lease_from(&**queue, now);
             let claimed = {
                 let mut conn = connection.lock().await;
                 let claimed = match conn.get().await {
@@ -124,45 +182,60 @@ async fn run<Q: Queue>(
                 claimed
             };
             match claimed {
-                Ok(jobs) => {
+                Ok(rows) => {
                     // A full claim may have left more behind.
-                    may_be_due = jobs.len() == room;
-                    for job in jobs {
+                    may_be_due = rows.len() == room;
+                    tally.claimed += rows.len();
+                    for row in rows {
                         let queue = queue.clone();
-                        in_flight.spawn(async move { send(&*queue, job, now, lease_ends).await });
+                        in_flight.spawn(async move { send(&*queue, row, now, lease_ends).await });
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(queue = queue.name(), %error, "claim failed; trying again after the poll interval");
                     may_be_due = false;
+                    match until {
+                        Until::Stopped { .. } => {
+                            tracing::warn!(queue = queue.name(), %error, "claim failed; trying again after the poll interval")
+                        }
+                        Until::Idle { .. } => claim_failed = Some(error),
+                    }
                 }
             }
         }
-        if stop.is_cancelled() && in_flight.is_empty() {
+        if in_flight.is_empty() && (stopped() || (matches!(until, Until::Idle { .. }) && !may_be_due)) {
             break;
         }
-        tokio::select! {
-            Some(first) = in_flight.join_next(), if !in_flight.is_empty() => {
-                let mut done = Vec::new();
-                for finished in std::iter::once(first).chain(std::iter::from_fn(|| in_flight.try_join_next())) {
-                    match finished {
-                        Ok(finished) => done.push(finished),
-                        // Its row stays leased, and is sent again once the lease expires.
-                        Err(error) => tracing::error!(queue = queue.name(), %error, "a send panicked"),
-                    }
-                }
-                if let Some(lease_ends) = done.iter().map(|d| d.lease_ends).min() {
-                    let recorded = connection.lock().await.record(&*queue, &done, lease_ends).await;
-                    if let Err(error) = recorded {
-                        unrecorded(&*queue, done.len(), &error);
-                    }
-                }
-                may_be_due = true;
+        let finished = match &until {
+            Until::Stopped { poll_interval, wake, stop } => tokio::select! {
+                Some(first) = in_flight.join_next(), if !in_flight.is_empty() => Some(first),
+                () = wake.0.notified(), if !stop.is_cancelled() => None,
+                () = tokio::time::sleep(*poll_interval), if !stop.is_cancelled() => None,
+                () = stop.cancelled(), if !stop.is_cancelled() => None,
+            },
+            Until::Idle { .. } => in_flight.join_next().await,
+        };
+        let Some(first) = finished else {
+            may_be_due = true;
+            continue;
+        };
+        let mut done = Vec::new();
+        for finished in std::iter::once(first).chain(std::iter::from_fn(|| in_flight.try_join_next())) {
+            match finished {
+                Ok(finished) => done.push(finished),
+                // Its row stays leased, and is sent again once the lease expires.
+                Err(error) => tracing::error!(queue = queue.name(), %error, "a send panicked"),
             }
-            () = wake.0.notified(), if !stop.is_cancelled() => may_be_due = true,
-            () = tokio::time::sleep(poll_interval), if !stop.is_cancelled() => may_be_due = true,
-            () = stop.cancelled(), if !stop.is_cancelled() => {}
         }
+        for finished in &done {
+            tally.count(finished.verdict);
+        }
+        if let Some(lease_ends) = done.iter().map(|d| d.lease_ends).min() {
+            let recorded = connection.lock().await.record(&**queue, &done, lease_ends).await;
+            if let Err(error) = recorded {
+                unrecorded(&**queue, done.len(), &error);
+            }
+        }
+        may_be_due = true;
     }
-    tracing::info!(queue = queue.name(), "{} worker stopped", queue.name());
+    (tally, claim_failed)
 }

@@ -72,9 +72,9 @@ async fn signed_in(app: &TestApp) -> (Listening, Browser, String) {
     (server, browser, base)
 }
 
-/// One round of destination `app`'s queue now: every due job attempted once.
-async fn send_due(app: &TestApp) {
-    round(app.pool(), &queue(app, "app"), Utc::now()).await;
+/// Destination `app`'s queue run now until idle: every due job attempted once.
+async fn attempt_due_jobs(app: &TestApp) {
+    send_due(app.pool(), &queue(app, "app"), Utc::now()).await;
 }
 
 /// Asserts that the page shows no dialog, no element and no link that came
@@ -104,7 +104,7 @@ async fn the_overview_shows_each_destinations_health_and_pauses_resumes_and_repl
     let app = console_forwarding_to(&receiver.url).await;
     deliver(&app, "evt_1", "ctm_1", 1).await;
     deliver(&app, "evt_2", "ctm_2", 1).await;
-    send_due(&app).await;
+    attempt_due_jobs(&app).await;
     deliver(&app, "evt_3", "ctm_3", 1).await;
     assert_eq!(
         jobs(app.pool()).await,
@@ -204,7 +204,7 @@ async fn an_events_jobs_and_a_hostile_receivers_answers_show_as_text_and_a_job_i
     assert!(answer.status.is_success(), "{answer:?}");
     // Another provider's event under the same id: its job is not this event's.
     deliver(&app, HOSTILE_ID, "ctm_1", 1).await;
-    send_due(&app).await;
+    attempt_due_jobs(&app).await;
     let (id, job): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT min(id) FROM webhook_events), (SELECT min(id) FROM destination_jobs WHERE status = 'dead')",
     )
@@ -249,7 +249,7 @@ async fn an_events_jobs_and_a_hostile_receivers_answers_show_as_text_and_a_job_i
     );
 
     // The second attempt, answered the same, is listed after the first.
-    send_due(&app).await;
+    attempt_due_jobs(&app).await;
     browser.open(&format!("{base}/console/events/{id}"), &format!("#replay-{job}")).await;
     let attempts =
         browser.client.find_all(Locator::Css(&format!("#job-{job} .attempts tbody tr"))).await.unwrap();

@@ -5,7 +5,7 @@
 //! recovers, then the event arrives once more and is done.
 
 use chrono::Utc;
-use webhook_inbox::queue::Round;
+use webhook_inbox::queue::Tally;
 
 use crate::support::forwarding::*;
 use crate::support::receiver::{Answer, Receiver};
@@ -55,13 +55,16 @@ async fn failures_are_retried_on_the_schedule_and_the_event_arrives_once_it_is_a
     receiver.answer_next([Answer::Body(500, long_body), Answer::Status(502)]);
     let now = Utc::now();
 
-    assert_eq!(round(app.pool(), &queue, now).await, Round { claimed: 1, retrying: 1, ..Round::default() });
+    assert_eq!(
+        send_due(app.pool(), &queue, now).await,
+        Tally { claimed: 1, retrying: 1, ..Tally::default() }
+    );
     // A minute ±20 % later: not before 48 s, surely by 73 s.
-    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::seconds(47)).await, Round::default());
-    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::seconds(73)).await.retrying, 1);
-    let round3 = round(app.pool(), &queue, now + chrono::Duration::seconds(146)).await;
-    assert_eq!(round3, Round { claimed: 1, sent: 1, ..Round::default() });
-    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::days(1)).await, Round::default());
+    assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::seconds(47)).await, Tally::default());
+    assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::seconds(73)).await.retrying, 1);
+    let round3 = send_due(app.pool(), &queue, now + chrono::Duration::seconds(146)).await;
+    assert_eq!(round3, Tally { claimed: 1, sent: 1, ..Tally::default() });
+    assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::days(1)).await, Tally::default());
 
     let arrivals = receiver.arrivals();
     assert_eq!(arrivals.iter().map(|a| a.answered).collect::<Vec<_>>(), [500, 502, 200]);
@@ -126,13 +129,13 @@ async fn a_refused_connection_is_retried_until_the_receiver_is_up() {
     let queue = queue(&app, "app");
     let now = Utc::now();
 
-    assert_eq!(round(app.pool(), &queue, now).await.retrying, 1);
+    assert_eq!(send_due(app.pool(), &queue, now).await.retrying, 1);
     let error: String =
         sqlx::query_scalar("SELECT last_error FROM destination_jobs").fetch_one(app.pool()).await.unwrap();
     assert!(error.contains("Connection refused") || error.contains("connect"), "{error}");
 
     let receiver = Receiver::start_on(port, SECRET).await;
-    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::seconds(73)).await.sent, 1);
+    assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::seconds(73)).await.sent, 1);
     assert_eq!(receiver.arrivals().len(), 1);
     assert_eq!(receiver.arrivals()[0].header("webhook-inbox-attempt"), "2");
 }
@@ -164,16 +167,16 @@ async fn retry_after_on_429_and_503_decides_when_the_next_attempt_is_due() {
         |round_at: i64| async move { due().await - now.timestamp_micros() as f64 / 1e6 - round_at as f64 };
     let within = |low: f64, wait: f64| (low..low + 5.0).contains(&wait);
 
-    round(app.pool(), &queue, now).await;
+    send_due(app.pool(), &queue, now).await;
     let wait = waits(0).await;
     assert!(within(120.0, wait), "429 with Retry-After: 120 s, not the schedule's 1 s; waits {wait}");
-    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::seconds(119)).await, Round::default());
+    assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::seconds(119)).await, Tally::default());
 
-    round(app.pool(), &queue, now + chrono::Duration::seconds(130)).await;
+    send_due(app.pool(), &queue, now + chrono::Duration::seconds(130)).await;
     let wait = waits(130).await;
     assert!(within(30.0, wait), "503 with Retry-After: 30 s; waits {wait}");
 
-    round(app.pool(), &queue, now + chrono::Duration::seconds(170)).await;
+    send_due(app.pool(), &queue, now + chrono::Duration::seconds(170)).await;
     let wait = waits(170).await;
     // The schedule's 1 s, with its 20 % jitter.
     assert!(within(0.8, wait), "a 500 keeps the schedule whatever it asks; waits {wait}");
@@ -192,17 +195,17 @@ async fn a_410_disables_the_destination_and_its_jobs_wait_until_it_is_resumed() 
 
     // The first attempt is answered 410; the other two went in the same
     // claim and arrive, but nothing is claimed after it.
-    assert_eq!(round(app.pool(), &queue, now).await.claimed, 3);
+    assert_eq!(send_due(app.pool(), &queue, now).await.claimed, 3);
     let disabled: Option<chrono::DateTime<Utc>> =
         sqlx::query_scalar("SELECT disabled_at FROM destinations WHERE name = 'app'")
             .fetch_one(app.pool())
             .await
             .unwrap();
     assert!(disabled.is_some());
-    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::hours(1)).await, Round::default());
+    assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::hours(1)).await, Tally::default());
     assert_eq!(app.count("SELECT count(*) FROM destination_jobs WHERE status = 'pending'").await, 1);
 
     webhook_inbox::destinations::state::resume(app.pool(), "app").await.unwrap();
-    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::hours(1)).await.sent, 1);
+    assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::hours(1)).await.sent, 1);
     assert_eq!(app.count("SELECT count(*) FROM destination_jobs WHERE status = 'sent'").await, 3);
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::Utc;
 use webhook_inbox::destinations::state;
 use webhook_inbox::operations::jobs::{self, ReplayError};
-use webhook_inbox::queue::Round;
+use webhook_inbox::queue::Tally;
 
 use crate::support::forwarding::*;
 use crate::support::receiver::{Answer, Receiver};
@@ -21,10 +21,14 @@ async fn past_the_schedule_a_job_is_dead_and_a_replay_sends_it_once_more_with_th
     let now = Utc::now();
     let at = |secs| now + chrono::Duration::seconds(secs);
 
-    assert_eq!(round(app.pool(), &queue, at(0)).await.retrying, 1);
-    assert_eq!(round(app.pool(), &queue, at(73)).await.retrying, 1);
-    assert_eq!(round(app.pool(), &queue, at(146)).await.dead, 1, "three attempts: the first and two retries");
-    assert_eq!(round(app.pool(), &queue, at(86_400)).await, Round::default(), "dead is never tried again");
+    assert_eq!(send_due(app.pool(), &queue, at(0)).await.retrying, 1);
+    assert_eq!(send_due(app.pool(), &queue, at(73)).await.retrying, 1);
+    assert_eq!(
+        send_due(app.pool(), &queue, at(146)).await.dead,
+        1,
+        "three attempts: the first and two retries"
+    );
+    assert_eq!(send_due(app.pool(), &queue, at(86_400)).await, Tally::default(), "dead is never tried again");
     assert_eq!(jobs(app.pool()).await, [("dead".to_string(), 3)]);
 
     receiver.answer_otherwise(Answer::Status(204));
@@ -35,9 +39,9 @@ async fn past_the_schedule_a_job_is_dead_and_a_replay_sends_it_once_more_with_th
         "a pending job is not replayed"
     );
     // A replayed job is due at once (on the database's clock, a moment ago).
-    assert_eq!(round(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 1);
+    assert_eq!(send_due(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 1);
     jobs::replay(app.pool(), id).await.unwrap();
-    assert_eq!(round(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 1);
+    assert_eq!(send_due(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 1);
 
     let arrivals = receiver.arrivals();
     assert_eq!(arrivals.len(), 5, "three failures, then once per replay");
@@ -60,7 +64,7 @@ async fn dead_jobs_of_a_time_range_are_listed_by_a_dry_run_then_replayed() {
     }
     receiver.answer_otherwise(Answer::Status(500));
     let queue = queue(&app, "app");
-    assert_eq!(round(app.pool(), &queue, Utc::now()).await.dead, 3);
+    assert_eq!(send_due(app.pool(), &queue, Utc::now()).await.dead, 3);
     // The first one failed long ago, outside the range.
     sqlx::query(
         "UPDATE destination_jobs SET created_at = now() - interval '3 days' WHERE event_id = 'evt_1'",
@@ -81,7 +85,7 @@ async fn dead_jobs_of_a_time_range_are_listed_by_a_dry_run_then_replayed() {
     let replayed = jobs::replay_dead(app.pool(), "app", since, None, 100, false).await.unwrap();
     assert_eq!(replayed.len(), 2);
     receiver.answer_otherwise(Answer::Status(200));
-    assert_eq!(round(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 2);
+    assert_eq!(send_due(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 2);
     assert_eq!(jobs::replay_dead(app.pool(), "app", since, None, 100, false).await.unwrap().len(), 0);
 }
 
@@ -96,13 +100,11 @@ async fn a_paused_destination_keeps_its_jobs_and_drains_them_in_order_once_resum
     let queue = queue(&app, "app");
     let now = Utc::now();
 
-    assert_eq!(round(app.pool(), &queue, now + chrono::Duration::days(1)).await, Round::default());
+    assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::days(1)).await, Tally::default());
     assert!(receiver.arrivals().is_empty());
 
     state::resume(app.pool(), "app").await.unwrap();
-    for _ in 0..4 {
-        assert_eq!(round(app.pool(), &queue, now).await.sent, 1);
-    }
+    assert_eq!(send_due(app.pool(), &queue, now).await, Tally { claimed: 4, sent: 4, ..Tally::default() });
     let order: Vec<String> =
         receiver.arrivals().iter().map(|a| a.header("webhook-inbox-event-id").into()).collect();
     assert_eq!(order, ["evt_1", "evt_2", "evt_3", "evt_4"]);
@@ -125,9 +127,11 @@ async fn the_circuit_opens_after_consecutive_failures_wastes_no_attempt_while_op
     let now = Utc::now();
     let at = |secs| now + chrono::Duration::seconds(secs);
 
-    for _ in 0..3 {
-        assert_eq!(round(app.pool(), &queue, at(0)).await.retrying, 1);
-    }
+    // One at a time (concurrency 1): three fail, and the open circuit lets no fourth be claimed.
+    assert_eq!(
+        send_due(app.pool(), &queue, at(0)).await,
+        Tally { claimed: 3, retrying: 3, ..Tally::default() }
+    );
     let state: (i32, bool) = sqlx::query_as(
         "SELECT consecutive_failures, circuit_open_until > now() + interval '9 minutes' FROM destinations",
     )
@@ -136,21 +140,19 @@ async fn the_circuit_opens_after_consecutive_failures_wastes_no_attempt_while_op
     .unwrap();
     assert_eq!(state, (3, true), "three failures in a row open it for the cool-down");
     // Open: nothing is claimed, however due, so no attempt is spent.
-    assert_eq!(round(app.pool(), &queue, at(300)).await, Round::default());
+    assert_eq!(send_due(app.pool(), &queue, at(300)).await, Tally::default());
     assert_eq!(receiver.arrivals().len(), 3);
 
     // Past the cool-down, one probe; it fails: open again.
-    let probe = round(app.pool(), &queue, at(601)).await;
-    assert_eq!(probe, Round { claimed: 1, retrying: 1, ..Round::default() });
-    assert_eq!(round(app.pool(), &queue, at(602)).await, Round::default());
+    let probe = send_due(app.pool(), &queue, at(601)).await;
+    assert_eq!(probe, Tally { claimed: 1, retrying: 1, ..Tally::default() });
+    assert_eq!(send_due(app.pool(), &queue, at(602)).await, Tally::default());
     // The next probe succeeds: closed, and the rest flows.
     receiver.answer_otherwise(Answer::Status(200));
-    assert_eq!(round(app.pool(), &queue, at(1300)).await, Round { claimed: 1, sent: 1, ..Round::default() });
-    let mut sent = 1;
-    for _ in 0..4 {
-        sent += round(app.pool(), &queue, at(1300)).await.sent;
-    }
-    assert_eq!(sent, 5);
+    assert_eq!(
+        send_due(app.pool(), &queue, at(1300)).await,
+        Tally { claimed: 5, sent: 5, ..Tally::default() }
+    );
     assert_eq!(receiver.arrivals().len(), 3 + 1 + 5, "no attempt was made while the circuit was open");
     let closed: (i32, Option<chrono::DateTime<Utc>>) =
         sqlx::query_as("SELECT consecutive_failures, circuit_open_until FROM destinations")

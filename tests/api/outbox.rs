@@ -1,15 +1,13 @@
 //! The outbox worker against a real SMTP listener: each email once, retried
 //! with backoff while SMTP is down, dead after the last attempt, shared by
-//! replicas without double sending. The tests choose the worker's `now`
-//! instead of waiting for the clock.
+//! replicas without double sending. The tests run the engine's loop at a
+//! `now` they choose, until idle, instead of waiting for the clock.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use chrono::{Duration, Utc};
-use tokio::sync::Barrier;
 use uuid::Uuid;
-use webhook_inbox::queue::Round;
+use webhook_inbox::queue::Tally;
 
 use crate::support::events::*;
 use crate::support::outbox::{create_user, outbox_rows, worker};
@@ -22,9 +20,9 @@ async fn the_welcome_email_is_sent_once_with_a_message_id_derived_from_its_outbo
     let worker = worker(app.pool(), &smtp);
     create_user(&app, "user_01").await;
 
-    let round = worker.run_once(Utc::now()).await.unwrap();
-    assert_eq!(round, Round { claimed: 1, sent: 1, ..Round::default() });
-    assert_eq!(worker.run_once(Utc::now() + Duration::days(1)).await.unwrap(), Round::default());
+    let round = worker.run_until_idle(Utc::now()).await.unwrap();
+    assert_eq!(round, Tally { claimed: 1, sent: 1, ..Tally::default() });
+    assert_eq!(worker.run_until_idle(Utc::now() + Duration::days(1)).await.unwrap(), Tally::default());
 
     let messages = smtp.messages();
     assert_eq!(messages.len(), 1);
@@ -49,7 +47,7 @@ async fn a_placeholder_in_a_users_name_is_sent_as_text_not_filled_in() {
     created["data"]["first_name"] = "{{email}} <{{subscription_id}}>".into();
     assert_eq!(app.send(&clerk("msg_user_01", &created)).await.body["status"], "processed");
 
-    assert_eq!(worker(app.pool(), &smtp).run_once(Utc::now()).await.unwrap().sent, 1);
+    assert_eq!(worker(app.pool(), &smtp).run_until_idle(Utc::now()).await.unwrap().sent, 1);
     let message = &smtp.messages()[0];
     assert_eq!(message.header("Subject"), Some("Welcome, {{email}} <{{subscription_id}}>"));
     assert!(message.data.contains("Hello {{email}} <{{subscription_id}}>,"), "{}", message.data);
@@ -68,20 +66,20 @@ async fn while_smtp_is_down_emails_stay_pending_with_the_error_and_once_it_is_ba
     let now = Utc::now();
 
     smtp.refuse(true);
-    let round = worker.run_once(now).await.unwrap();
-    assert_eq!(round, Round { claimed: 3, retrying: 3, ..Round::default() });
+    let round = worker.run_until_idle(now).await.unwrap();
+    assert_eq!(round, Tally { claimed: 3, retrying: 3, ..Tally::default() });
     for (status, attempts, error) in outbox_rows(&app).await {
         assert_eq!((status.as_str(), attempts), ("pending", 1));
         assert!(error.as_deref().unwrap_or("").contains("421"), "{error:?}");
     }
     // Backing off: nothing is due again before a minute has passed.
-    assert_eq!(worker.run_once(now + Duration::seconds(59)).await.unwrap(), Round::default());
+    assert_eq!(worker.run_until_idle(now + Duration::seconds(59)).await.unwrap(), Tally::default());
 
     // The delay counts from the end of the failed attempt, a moment after `now`.
     smtp.refuse(false);
-    let round = worker.run_once(now + Duration::seconds(61)).await.unwrap();
-    assert_eq!(round, Round { claimed: 3, sent: 3, ..Round::default() });
-    assert_eq!(worker.run_once(now + Duration::days(1)).await.unwrap(), Round::default());
+    let round = worker.run_until_idle(now + Duration::seconds(61)).await.unwrap();
+    assert_eq!(round, Tally { claimed: 3, sent: 3, ..Tally::default() });
+    assert_eq!(worker.run_until_idle(now + Duration::days(1)).await.unwrap(), Tally::default());
 
     let recipients: Vec<_> = smtp.messages().into_iter().map(|m| m.to.concat()).collect();
     assert_eq!(recipients.len(), 3);
@@ -105,14 +103,14 @@ async fn after_its_last_attempt_an_email_is_dead_and_never_tried_again() {
 
     // Three attempts (the schedule's), one minute then two apart, each
     // delay counted from the end of the failed attempt, a moment after `now`.
-    assert_eq!(worker.run_once(now).await.unwrap().retrying, 1);
-    assert_eq!(worker.run_once(now + Duration::seconds(59)).await.unwrap(), Round::default());
-    assert_eq!(worker.run_once(now + Duration::seconds(61)).await.unwrap().retrying, 1);
-    assert_eq!(worker.run_once(now + Duration::seconds(180)).await.unwrap(), Round::default());
-    assert_eq!(worker.run_once(now + Duration::seconds(182)).await.unwrap().dead, 1);
+    assert_eq!(worker.run_until_idle(now).await.unwrap().retrying, 1);
+    assert_eq!(worker.run_until_idle(now + Duration::seconds(59)).await.unwrap(), Tally::default());
+    assert_eq!(worker.run_until_idle(now + Duration::seconds(61)).await.unwrap().retrying, 1);
+    assert_eq!(worker.run_until_idle(now + Duration::seconds(180)).await.unwrap(), Tally::default());
+    assert_eq!(worker.run_until_idle(now + Duration::seconds(182)).await.unwrap().dead, 1);
 
     smtp.refuse(false);
-    assert_eq!(worker.run_once(now + Duration::days(30)).await.unwrap(), Round::default());
+    assert_eq!(worker.run_until_idle(now + Duration::days(30)).await.unwrap(), Tally::default());
     assert!(smtp.messages().is_empty());
     let (status, attempts, error) = outbox_rows(&app).await.remove(0);
     assert_eq!((status.as_str(), attempts), ("dead", 3));
@@ -129,31 +127,23 @@ async fn two_replicas_share_the_outbox_and_send_each_email_once() {
         create_user(&app, user_id).await;
     }
 
-    // Two workers, each on its own instance's pool, racing round after round.
+    // Two workers, each on its own instance's pool, at once. SMTP holds the
+    // sends until each worker has claimed a full batch, so both take a share
+    // whatever the scheduling.
+    smtp.stall(true);
     let workers = [worker(&app.state.pool, &smtp), worker(&replica.pool, &smtp)];
-    let barrier = Arc::new(Barrier::new(2));
     let tasks: Vec<_> = workers
         .into_iter()
-        .map(|worker| {
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                let mut total = Round::default();
-                for _ in 0..4 {
-                    barrier.wait().await;
-                    let round = worker.deliver_due(Utc::now()).await.unwrap();
-                    // One round claims one batch at most.
-                    assert!(round.claimed <= 10, "{round:?}");
-                    total += round;
-                }
-                total
-            })
-        })
+        .map(|worker| tokio::spawn(async move { worker.run_until_idle(Utc::now()).await.unwrap() }))
         .collect();
+    // One claim takes one batch (10) at most: 20 held sends are both workers'.
+    smtp.until_stalled(20).await;
+    smtp.stall(false);
     let mut sent = 0;
     for task in tasks {
-        let round = task.await.unwrap();
-        assert!(round.claimed > 0, "both replicas took a share: {round:?}");
-        sent += round.sent;
+        let tally = task.await.unwrap();
+        assert!(tally.claimed >= 10, "both replicas took a share: {tally:?}");
+        sent += tally.sent;
     }
 
     assert_eq!(sent, 25);
@@ -181,9 +171,9 @@ async fn a_claim_left_by_a_worker_that_died_is_taken_again_once_its_lease_expire
     .unwrap();
     let now = Utc::now();
 
-    assert_eq!(worker.run_once(now).await.unwrap(), Round::default());
-    let round = worker.run_once(now + Duration::seconds(61)).await.unwrap();
-    assert_eq!(round, Round { claimed: 1, sent: 1, ..Round::default() });
+    assert_eq!(worker.run_until_idle(now).await.unwrap(), Tally::default());
+    let round = worker.run_until_idle(now + Duration::seconds(61)).await.unwrap();
+    assert_eq!(round, Tally { claimed: 1, sent: 1, ..Tally::default() });
     assert_eq!(outbox_rows(&app).await, [("sent".into(), 2, None)]);
 }
 
@@ -201,7 +191,7 @@ async fn a_canceled_subscription_sends_its_user_one_downgrade_notice() {
         app.send(&paddle(&subscription(event_id, event_type, status, at))).await;
     }
 
-    assert_eq!(worker.run_once(Utc::now()).await.unwrap().sent, 2);
+    assert_eq!(worker.run_until_idle(Utc::now()).await.unwrap().sent, 2);
 
     let messages = smtp.messages();
     let notice = messages.iter().find(|m| m.header("Subject") != Some("Welcome, Ada")).unwrap();
@@ -219,12 +209,12 @@ async fn an_email_whose_user_has_no_address_yet_is_retried_not_lost() {
     app.send(&paddle(&subscription("evt_1", "canceled", "canceled", "2024-04-02T00:00:00Z"))).await;
     let now = Utc::now();
 
-    assert_eq!(worker.run_once(now).await.unwrap().retrying, 1);
+    assert_eq!(worker.run_until_idle(now).await.unwrap().retrying, 1);
     let (_, _, error) = outbox_rows(&app).await.remove(0);
     assert!(error.unwrap().starts_with("no address for user \"user_42\""));
 
     create_user(&app, "user_42").await;
-    assert_eq!(worker.run_once(now + Duration::seconds(61)).await.unwrap().sent, 2);
+    assert_eq!(worker.run_until_idle(now + Duration::seconds(61)).await.unwrap().sent, 2);
     assert_eq!(smtp.messages().len(), 2);
 }
 
@@ -259,13 +249,13 @@ async fn a_worker_skips_the_rows_another_replica_is_claiming_instead_of_waiting_
 
     let round = tokio::time::timeout(
         std::time::Duration::from_secs(5),
-        worker(&app.state.pool, &smtp).run_once(Utc::now()),
+        worker(&app.state.pool, &smtp).run_until_idle(Utc::now()),
     )
     .await
     .expect("the worker did not wait for the locked row")
     .unwrap();
 
-    assert_eq!(round, Round { claimed: 1, sent: 1, ..Round::default() });
+    assert_eq!(round, Tally { claimed: 1, sent: 1, ..Tally::default() });
     assert_eq!(smtp.messages()[0].to, ["<user_02@example.com>"]);
     other.rollback().await.unwrap();
 }

@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use chrono::Utc;
 use sqlx::postgres::PgPoolOptions;
-use webhook_inbox::queue::Round;
+use webhook_inbox::queue::Tally;
 
 use crate::support::outbox::{create_user, outbox_rows, worker};
 use crate::support::*;
 
 /// Every email sent and recorded once, and nothing due a day later.
 async fn assert_each_sent_once(app: &TestApp, smtp: &SmtpServer, emails: usize) {
-    let later = worker(app.pool(), smtp).run_once(Utc::now() + chrono::Duration::days(1)).await.unwrap();
-    assert_eq!(later, Round::default(), "an email whose send went unrecorded is sent again");
+    let later =
+        worker(app.pool(), smtp).run_until_idle(Utc::now() + chrono::Duration::days(1)).await.unwrap();
+    assert_eq!(later, Tally::default(), "an email whose send went unrecorded is sent again");
     assert_eq!(smtp.messages().len(), emails);
     assert_eq!(outbox_rows(app).await, vec![("sent".to_string(), 1, None); emails]);
 }
@@ -37,7 +38,7 @@ async fn sends_are_recorded_even_when_the_pool_has_no_connection_left_after_them
     smtp.stall(true);
     let round = tokio::spawn({
         let worker = worker(&pool, &smtp);
-        async move { worker.deliver_due(Utc::now()).await }
+        async move { worker.run_until_idle(Utc::now()).await }
     });
     smtp.until_stalled(1).await;
     // Claimed and sending: now everyone else takes every connection there is.
@@ -49,7 +50,7 @@ async fn sends_are_recorded_even_when_the_pool_has_no_connection_left_after_them
     let round = round.await.unwrap().unwrap();
     drop(taken);
 
-    assert_eq!(round, Round { claimed: 2, sent: 2, ..Round::default() });
+    assert_eq!(round, Tally { claimed: 2, sent: 2, ..Tally::default() });
     assert_each_sent_once(&app, &smtp, 2).await;
 }
 
@@ -77,13 +78,13 @@ async fn a_mark_that_fails_for_a_while_is_retried_and_the_email_is_sent_once() {
 
     let round = tokio::spawn({
         let worker = worker(app.pool(), &smtp);
-        async move { worker.deliver_due(Utc::now()).await }
+        async move { worker.run_until_idle(Utc::now()).await }
     });
     until_refused(&app, 2).await;
     sqlx::query("DROP TRIGGER refuse_marks ON outbox").execute(app.pool()).await.unwrap();
     let round = round.await.unwrap().unwrap();
 
-    assert_eq!(round, Round { claimed: 1, sent: 1, ..Round::default() });
+    assert_eq!(round, Tally { claimed: 1, sent: 1, ..Tally::default() });
     assert_each_sent_once(&app, &smtp, 1).await;
 }
 

@@ -92,7 +92,7 @@ async fn deliver_ten_times_interleaved(app: &TestApp, routers: [&Router; 2], eve
 /// Two workers (one per instance) deliver the outbox concurrently; returns how many they sent.
 async fn deliver_outbox(pools: [&PgPool; 2], smtp: &SmtpServer) -> usize {
     let workers = pools.map(|pool| worker(pool, smtp));
-    let rounds = join_all(workers.iter().map(|w| w.run_once(Utc::now()))).await;
+    let rounds = join_all(workers.iter().map(|w| w.run_until_idle(Utc::now()))).await;
     rounds.into_iter().map(|round| round.unwrap().sent).sum()
 }
 

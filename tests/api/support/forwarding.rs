@@ -1,15 +1,16 @@
 //! Forwarding in the tests: an app whose configuration declares
 //! destinations (test receivers), events delivered to it as a provider
-//! would, and each destination's queue driven round by round at chosen
-//! times, or run in the background by the engine as in `serve`.
+//! would, and each destination's queue run by the engine at chosen times
+//! until idle, or in the background as in `serve`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use webhook_inbox::destinations::{Declaration, DestinationQueue, Forwarding, state};
 use webhook_inbox::monitoring::Metrics;
-use webhook_inbox::queue::{self, Engine, Round};
+use webhook_inbox::queue::{Engine, Tally};
 
 use super::app::{Answer, TestApp, TestConfig};
 use super::signing::{Delivery, PADDLE_SECRETS, now, paddle_signature};
@@ -29,7 +30,7 @@ pub fn destination(url: &str, extra: &str) -> String {
 }
 
 /// An app whose deliveries write jobs for the destinations `toml` declares,
-/// which nothing sends until a test drives their queues ([`round`]).
+/// which nothing sends until a test runs their queues ([`send_due`]).
 pub async fn forwarding_app(toml: String) -> TestApp {
     TestApp::spawn_with(TestConfig {
         destinations: Some(toml),
@@ -70,15 +71,20 @@ pub async fn deliver(app: &TestApp, event_id: &str, entity: &str, seq: usize) ->
     app.send(&paddle_raw(&body(event_id, entity, seq))).await
 }
 
-/// Destination `name`'s queue, to drive round by round.
-pub fn queue(app: &TestApp, name: &str) -> DestinationQueue {
+/// Destination `name`'s queue, for [`send_due`].
+pub fn queue(app: &TestApp, name: &str) -> Arc<DestinationQueue> {
     let declaration = &app.state.forwarding.declaration;
-    DestinationQueue::new(declaration.get(name).unwrap().clone(), webhook_inbox::client::build(), None)
+    Arc::new(DestinationQueue::new(
+        declaration.get(name).unwrap().clone(),
+        webhook_inbox::client::build(),
+        None,
+    ))
 }
 
-/// One round of `queue` at `now`.
-pub async fn round(pool: &PgPool, queue: &DestinationQueue, now: DateTime<Utc>) -> Round {
-    queue::deliver_due(pool, queue, now).await.unwrap()
+/// The engine's loop for `queue` at `now`, until no job is in flight or due.
+pub async fn send_due(pool: &PgPool, queue: &Arc<DestinationQueue>, now: DateTime<Utc>) -> Tally {
+    let engine = Engine::new(pool.clone(), Duration::from_millis(20));
+    engine.run_until_idle(queue, now).await.unwrap()
 }
 
 /// Another replica's engine on `pool` sending to every destination of

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use webhook_inbox::outbox::{Emails, Mailer, Templates};
-use webhook_inbox::queue::{self, Engine, Round, Schedule};
+use webhook_inbox::queue::{Engine, Schedule, Tally};
 
 use super::app::TestApp;
 use super::events::user;
@@ -22,22 +22,18 @@ pub fn schedule() -> Schedule {
 }
 
 /// The outbox's queue on one pool (an app instance's own, for replicas),
-/// driven round by round at chosen times, or run in the background.
+/// run by the engine at chosen times until idle, or in the background.
 pub struct Worker {
     pool: PgPool,
+    engine: Engine,
     emails: Arc<Emails>,
     smtp: String,
 }
 
 impl Worker {
-    /// One round at `now`.
-    pub async fn deliver_due(&self, now: DateTime<Utc>) -> sqlx::Result<Round> {
-        queue::deliver_due(&self.pool, &*self.emails, now).await
-    }
-
-    /// Rounds at `now` until nothing is due.
-    pub async fn run_once(&self, now: DateTime<Utc>) -> sqlx::Result<Round> {
-        queue::run_once(&self.pool, &*self.emails, now).await
+    /// The engine's loop at `now`, until no email is in flight or due.
+    pub async fn run_until_idle(&self, now: DateTime<Utc>) -> sqlx::Result<Tally> {
+        self.engine.run_until_idle(&self.emails, now).await
     }
 
     /// The engine running this queue in the background, looking every 20 ms.
@@ -55,7 +51,12 @@ fn emails(smtp_url: &str) -> Emails {
 
 /// A worker on `pool` sending to `smtp`.
 pub fn worker(pool: &PgPool, smtp: &SmtpServer) -> Worker {
-    Worker { pool: pool.clone(), emails: Arc::new(emails(&smtp.url())), smtp: smtp.url() }
+    Worker {
+        pool: pool.clone(),
+        engine: Engine::new(pool.clone(), Duration::from_millis(20)),
+        emails: Arc::new(emails(&smtp.url())),
+        smtp: smtp.url(),
+    }
 }
 
 /// Creates `user_id` (address `<user_id>@example.com`) with a Clerk
