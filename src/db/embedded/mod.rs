@@ -132,11 +132,6 @@ impl EmbeddedPostgres {
             .ssl_mode(PgSslMode::Disable)
     }
 
-    /// Whether this handle owns the server (and [`stop`](Self::stop) may stop it).
-    pub fn owns_server(&self) -> bool {
-        self.server.is_some()
-    }
-
     /// Stops the server (fast shutdown: SIGINT, then wait) if this handle owns
     /// it and no other process still uses it; otherwise only lets go of it. An
     /// attached handle whose owner has meanwhile exited is the last user, and
