@@ -5,66 +5,39 @@
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
-use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::standard_sender::StandardWebhooksSender;
-use super::standard_webhooks;
-use super::{EventFormat, InvalidSecret, ProviderSpec, TopLevel};
-use crate::event::{self, Event, EventError, Payload};
+use super::{Layout, ProviderSpec, Signature, TopLevel, standard_webhooks};
+use crate::event::{self, Event, EventError};
 
-/// Clerk at `/webhooks/clerk` and `/account/webhook`; secrets from `CLERK_WEBHOOK_SECRET`.
+/// The provider name stored with each Clerk event.
+pub const NAME: &str = "clerk";
+
+/// Clerk at `/webhooks/clerk` and `/account/webhook`; secrets from
+/// `CLERK_WEBHOOK_SECRET`: Clerk's signatures are Standard Webhooks ones
+/// (Svix), with Clerk's `whsec_...` signing secrets.
 pub const SPEC: ProviderSpec = ProviderSpec {
-    name: Clerk::NAME,
+    name: NAME,
     aliases: &["/account/webhook"],
     secret_help: "Clerk signing secrets `whsec_...` (Webhooks > your endpoint > Signing Secret), \
                   comma-separated (several during a rotation).",
-    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Clerk::verifier(secrets, tolerance_secs)?)),
+    signature: Signature::StandardWebhooks,
     format: &ClerkFormat,
 };
 
-/// Clerk: its name, and its verifier ([`ClerkFormat`] reads its events).
-#[derive(Debug)]
-pub struct Clerk;
-
-impl Clerk {
-    /// The provider name stored with each Clerk event.
-    pub const NAME: &'static str = "clerk";
-
-    /// The verifier of Clerk's signatures, which are Standard Webhooks ones
-    /// (Svix): a Standard Webhooks sender named `clerk`, with Clerk's
-    /// `whsec_...` signing secrets.
-    pub fn verifier(
-        secrets: &[SecretString],
-        tolerance_secs: u64,
-    ) -> Result<StandardWebhooksSender, InvalidSecret> {
-        StandardWebhooksSender::new(Self::NAME, secrets, tolerance_secs)
-    }
-}
-
-/// Reads Clerk events: the id is the signed `svix-id` header; `type`,
+/// Clerk's layout: the id is the signed `svix-id` header; `type`,
 /// `timestamp` (milliseconds) and `data` are in the body.
 #[derive(Debug)]
 pub struct ClerkFormat;
 
-impl EventFormat for ClerkFormat {
-    fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
-        let mut envelope = Envelope::read(payload)?;
-        let id = standard_webhooks::message_id(headers).map(Cow::Borrowed);
-        let event =
-            Event::new(event::required(id, "svix-id")?, event::required(envelope.event_type.take(), "type")?);
-        envelope.complete(event)
-    }
-
-    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
-        Envelope::stored(payload, event_id, event_type)
-    }
+impl Layout for ClerkFormat {
+    type Envelope<'a> = Envelope<'a>;
 }
 
 /// The top level of a Clerk event body.
 #[derive(Deserialize)]
-struct Envelope<'a> {
+pub struct Envelope<'a> {
     #[serde(borrow, rename = "type")]
     event_type: Option<Cow<'a, str>>,
     timestamp: Option<i64>,
@@ -74,6 +47,12 @@ struct Envelope<'a> {
 
 impl<'a> TopLevel<'a> for Envelope<'a> {
     const FORMAT: &'static str = "Clerk";
+
+    /// The id is the signed `svix-id` header, the type in the body.
+    fn identify(&mut self, headers: &HeaderMap) -> Result<Event, EventError> {
+        let id = standard_webhooks::message_id(headers).map(Cow::Borrowed);
+        Ok(Event::new(event::required(id, "svix-id")?, event::required(self.event_type.take(), "type")?))
+    }
 
     /// `event` with the envelope's time and data.
     fn complete(self, event: Event) -> Result<Event, EventError> {
@@ -86,7 +65,7 @@ impl<'a> TopLevel<'a> for Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::payload;
+    use crate::providers::{EventFormat, payload};
     use axum::http::HeaderValue;
 
     #[test]

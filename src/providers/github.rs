@@ -8,15 +8,16 @@
 //! `X-GitHub-Delivery` is the only replay protection (see the README).
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use axum::http::HeaderMap;
-use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::signature::{self, InvalidSecret, KeyEncoding, SignatureError, SigningKeys};
-use super::{EventFormat, Provider, ProviderSpec, Verified, envelope, header_str};
+use super::hmac_header::{self, Signed};
+use super::{EventFormat, ProviderSpec, Signature, envelope};
 use crate::event::{self, Event, EventError, Payload};
+
+/// The provider name stored with each GitHub event.
+pub const NAME: &str = "github";
 
 const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 const DELIVERY_HEADER: &str = "X-GitHub-Delivery";
@@ -24,54 +25,20 @@ const EVENT_HEADER: &str = "X-GitHub-Event";
 /// How the type made of the event header and the body's action is named in errors.
 const COMBINED_TYPE: &str = "X-GitHub-Event.action";
 
-/// GitHub at `/webhooks/github`; secrets from `GITHUB_WEBHOOK_SECRET`.
+/// GitHub at `/webhooks/github`; secrets from `GITHUB_WEBHOOK_SECRET`, used
+/// as text (their UTF-8 bytes are the HMAC keys).
 pub const SPEC: ProviderSpec = ProviderSpec {
-    name: GitHub::NAME,
+    name: NAME,
     aliases: &[],
     secret_help: "GitHub webhook secrets (Settings > Webhooks > your webhook > Secret), \
                   comma-separated (several during a rotation).",
-    build: |secrets, _tolerance_secs| Ok(Arc::new(GitHub::new(secrets)?)),
+    signature: Signature::HmacHeader(&hmac_header::Format {
+        provider: NAME,
+        header: SIGNATURE_HEADER,
+        signed: Signed::Body { prefix: "sha256=" },
+    }),
     format: &GitHubFormat,
 };
-
-/// Verifies and reads GitHub webhook deliveries.
-#[derive(Debug)]
-pub struct GitHub {
-    keys: SigningKeys,
-}
-
-impl GitHub {
-    /// The provider name stored with each GitHub event.
-    pub const NAME: &'static str = "github";
-
-    /// GitHub keys the HMAC with the secret as text.
-    pub fn new(secrets: &[SecretString]) -> Result<Self, InvalidSecret> {
-        Ok(GitHub { keys: SigningKeys::decode(secrets, KeyEncoding::Text)? })
-    }
-}
-
-impl Provider for GitHub {
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-
-    fn verify<'h>(
-        &self,
-        headers: &'h HeaderMap,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified<'h>, SignatureError> {
-        let header = header_str(headers, SIGNATURE_HEADER)?;
-        let tag = header
-            .strip_prefix("sha256=")
-            .and_then(signature::hex_tag)
-            .ok_or(SignatureError::MalformedHeader(SIGNATURE_HEADER))?;
-        self.keys
-            .position_of_match(&[body], &[tag])
-            .map(|secret_index| Verified { secret_index, signature: header })
-            .ok_or(SignatureError::NoMatchingSignature)
-    }
-}
 
 /// Reads GitHub deliveries: the id and type are headers, the type extended
 /// with the body's `action`; the whole body is the event (no `data`, no time).
@@ -111,20 +78,12 @@ struct Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::payload;
-    use axum::http::HeaderValue;
+    use crate::providers::{Provider, SignatureError, payload, signature, test_headers, test_verifier};
+    use secrecy::SecretString;
+    use std::sync::Arc;
 
-    fn github(secrets: &[&str]) -> GitHub {
-        let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
-        GitHub::new(&secrets).unwrap()
-    }
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.insert(*name, HeaderValue::from_str(value).unwrap());
-        }
-        headers
+    fn github(secrets: &[&str]) -> Arc<dyn Provider> {
+        test_verifier(&SPEC, secrets)
     }
 
     #[test]
@@ -139,11 +98,11 @@ mod tests {
             );
             if secret.len() < signature::MIN_KEY_LEN {
                 // octokit's `mysecret` is 8 bytes: too short to configure.
-                let refused = GitHub::new(&[SecretString::from(secret)]).unwrap_err();
+                let refused = SPEC.verifier(&[SecretString::from(secret)], 300).unwrap_err();
                 assert_eq!(refused.problem, signature::KeyError::TooShort);
                 continue;
             }
-            let signed = headers(&[(SIGNATURE_HEADER, header)]);
+            let signed = test_headers(&[(SIGNATURE_HEADER, header)]);
             // No timestamp: any `now` verifies.
             for now in [0, i64::MAX] {
                 let verified = github(&[secret]).verify(&signed, body.as_bytes(), now);
@@ -176,7 +135,7 @@ mod tests {
         let body = b"{}";
         let tag = hex::encode(signature::hmac_sha256(b"the new github secret", &[body]));
         let header = format!("sha256={tag}");
-        let signed = headers(&[(SIGNATURE_HEADER, &header)]);
+        let signed = test_headers(&[(SIGNATURE_HEADER, &header)]);
         let verified =
             github(&["the old github secret", "the new github secret"]).verify(&signed, body, 0).unwrap();
         assert_eq!((verified.secret_index, verified.signature), (1, header.as_str()));
@@ -186,7 +145,7 @@ mod tests {
     fn malformed_headers_are_told_apart_from_wrong_signatures() {
         let verifier = github(&["a github secret, long enough"]);
         let verify =
-            |value: &str| verifier.verify(&headers(&[(SIGNATURE_HEADER, value)]), b"{}", 0).unwrap_err();
+            |value: &str| verifier.verify(&test_headers(&[(SIGNATURE_HEADER, value)]), b"{}", 0).unwrap_err();
         assert_eq!(
             verifier.verify(&HeaderMap::new(), b"{}", 0).unwrap_err(),
             SignatureError::MissingHeader(SIGNATURE_HEADER)
@@ -202,7 +161,7 @@ mod tests {
     fn the_event_id_is_the_delivery_header_and_the_type_adds_the_action() {
         let delivery = [(DELIVERY_HEADER, "72d3162e-cc78-11e3-81ab-4c9367dc0958"), (EVENT_HEADER, "issues")];
         let parse = |pairs: &[(&'static str, &str)], body: &'static [u8]| {
-            let headers = headers(pairs);
+            let headers = test_headers(pairs);
             GitHubFormat.read_request(&headers, &payload(body)).map(|e| (e.id, e.event_type))
         };
         let id = delivery[0].1.to_string();
@@ -220,7 +179,7 @@ mod tests {
     #[test]
     fn a_bad_action_is_reported_as_the_action_not_as_the_event_header() {
         let parse = |event: &str, body: String| {
-            let headers = headers(&[(DELIVERY_HEADER, "72d3162e"), (EVENT_HEADER, event)]);
+            let headers = test_headers(&[(DELIVERY_HEADER, "72d3162e"), (EVENT_HEADER, event)]);
             GitHubFormat.read_request(&headers, &payload(body.as_bytes())).map(|e| e.event_type)
         };
         let action = |action: &str| format!(r#"{{"action":{}}}"#, serde_json::to_string(action).unwrap());

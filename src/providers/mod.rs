@@ -7,20 +7,22 @@
 //! request or from an archived delivery; [`format_of`] finds any provider's
 //! format by its name, so reprocessing needs no secret and fakes no request.
 //!
-//! Adding a provider: its module (verifier, format and [`ProviderSpec`]),
+//! Adding a provider: its module, which describes it (a [`ProviderSpec`]:
+//! its name, routes, signature scheme, and the [`Layout`] of its events),
 //! its `pub mod` line and its spec in [`BUILT_IN`]. Its route
-//! `/webhooks/{name}`, its secret flag and variable, and its place in the
-//! registry follow from the spec. Senders that follow the Standard Webhooks
-//! spec need no module at all: `STANDARD_WEBHOOKS` names them.
+//! `/webhooks/{name}`, its secret flag and variable, its verifier and its
+//! place in the registry follow from the spec. Senders that follow the
+//! Standard Webhooks spec need no module at all: `STANDARD_WEBHOOKS` names
+//! them.
 
 mod config;
+pub mod hmac_header;
 #[cfg(test)]
 mod proptests;
 mod registry;
 pub mod signature;
 pub mod standard_sender;
 pub mod standard_webhooks;
-pub mod timestamped;
 
 pub mod clerk;
 pub mod github;
@@ -40,7 +42,8 @@ pub use signature::{InvalidSecret, KeyEncoding, KeyError, SignatureError};
 /// Every built-in provider, in the order of `--help` and the startup log.
 pub const BUILT_IN: &[&ProviderSpec] = &[&paddle::SPEC, &clerk::SPEC, &stripe::SPEC, &github::SPEC];
 
-/// What the rest of the service needs to know about a built-in provider.
+/// The description of a built-in provider: everything the rest of the
+/// service needs to know about it, as data.
 #[derive(Debug)]
 pub struct ProviderSpec {
     /// The name stored in the `provider` column; also the route
@@ -50,19 +53,44 @@ pub struct ProviderSpec {
     pub aliases: &'static [&'static str],
     /// What the secrets are and where the provider shows them, for `--help`.
     pub secret_help: &'static str,
-    /// Builds the provider from its secrets (at least one) and the timestamp tolerance in seconds.
-    pub build: BuildProvider,
+    /// How it signs its requests.
+    pub signature: Signature,
     /// How its events are laid out.
     pub format: &'static dyn EventFormat,
 }
 
-/// How a [`ProviderSpec`] builds its provider.
-pub type BuildProvider = fn(&[SecretString], u64) -> Result<Arc<dyn Provider>, InvalidSecret>;
+/// How a built-in provider signs its requests: one of the schemes this
+/// module verifies, laid out the provider's way.
+#[derive(Debug)]
+pub enum Signature {
+    /// Hex HMACs in one header, of a timestamp and the body or of the body
+    /// alone (Paddle, Stripe, GitHub).
+    HmacHeader(&'static hmac_header::Format),
+    /// Standard Webhooks (Svix): `webhook-*` or `svix-*` headers, `whsec_` secrets (Clerk).
+    StandardWebhooks,
+}
 
 impl ProviderSpec {
     /// The environment variable holding the provider's secrets, e.g. `STRIPE_WEBHOOK_SECRET`.
     pub fn secret_variable(&self) -> String {
         format!("{}_WEBHOOK_SECRET", self.name.to_ascii_uppercase())
+    }
+
+    /// The provider's verifier, with its secrets (at least one) and the
+    /// timestamp tolerance in seconds.
+    pub fn verifier(
+        &self,
+        secrets: &[SecretString],
+        tolerance_secs: u64,
+    ) -> Result<Arc<dyn Provider>, InvalidSecret> {
+        Ok(match self.signature {
+            Signature::HmacHeader(format) => {
+                Arc::new(hmac_header::HmacHeaderVerifier::new(format, secrets, tolerance_secs)?)
+            }
+            Signature::StandardWebhooks => {
+                Arc::new(standard_sender::StandardWebhooksSender::new(self.name, secrets, tolerance_secs)?)
+            }
+        })
     }
 }
 
@@ -118,11 +146,35 @@ pub trait EventFormat: Send + Sync + std::fmt::Debug {
     fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError>;
 }
 
+/// How a provider lays out its events in a JSON body: the type of its
+/// top-level fields (its `Envelope`), which says where the id, type, time
+/// and data are. Every layout is an [`EventFormat`].
+pub trait Layout: Send + Sync + std::fmt::Debug + 'static {
+    /// The body's top level, as the provider documents it.
+    type Envelope<'a>: TopLevel<'a>;
+}
+
+impl<L: Layout> EventFormat for L {
+    fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
+        let mut envelope = L::Envelope::read(payload)?;
+        let event = envelope.identify(headers)?;
+        envelope.complete(event)
+    }
+
+    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
+        L::Envelope::stored(payload, event_id, event_type)
+    }
+}
+
 /// A provider's top-level event fields (its `Envelope`), read from a
 /// payload, and what they add to an event whose id and type are known.
-trait TopLevel<'a>: serde::Deserialize<'a> {
+pub trait TopLevel<'a>: serde::Deserialize<'a> {
     /// The format's name in [`EventError::NotAnEvent`].
     const FORMAT: &'static str;
+
+    /// The event's id and type, from the envelope (taken out of it) or from
+    /// the request's signed headers.
+    fn identify(&mut self, headers: &HeaderMap) -> Result<Event, EventError>;
 
     /// `event` with what the envelope adds (time, data).
     fn complete(self, event: Event) -> Result<Event, EventError>;
@@ -161,4 +213,21 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str,
 #[cfg(test)]
 fn payload(body: &[u8]) -> Payload {
     Payload::try_from(String::from_utf8(body.to_vec()).expect("UTF-8")).expect("no repeated key")
+}
+
+/// A test's verifier of `spec`, with `secrets` and a 300 s tolerance.
+#[cfg(test)]
+fn test_verifier(spec: &ProviderSpec, secrets: &[&str]) -> Arc<dyn Provider> {
+    let secrets: Vec<SecretString> = secrets.iter().map(|secret| SecretString::from(*secret)).collect();
+    spec.verifier(&secrets, 300).unwrap()
+}
+
+/// A test's request headers.
+#[cfg(test)]
+fn test_headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in pairs {
+        headers.insert(*name, axum::http::HeaderValue::from_str(value).unwrap());
+    }
+    headers
 }

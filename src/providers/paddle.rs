@@ -5,75 +5,50 @@
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
-use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::timestamped::{self, TimestampedVerifier};
-use super::{EventFormat, InvalidSecret, ProviderSpec, TopLevel};
-use crate::event::{self, Event, EventError, Payload};
+use super::hmac_header::{self, Signed, Timestamped};
+use super::{Layout, ProviderSpec, Signature, TopLevel};
+use crate::event::{self, Event, EventError};
+
+/// The provider name stored with each Paddle event.
+pub const NAME: &str = "paddle";
 
 const SIGNATURE_HEADER: &str = "Paddle-Signature";
-const FORMAT: timestamped::Format = timestamped::Format {
-    provider: Paddle::NAME,
-    header: SIGNATURE_HEADER,
-    separator: ';',
-    timestamp_key: "ts",
-    signature_key: "h1",
-    message_separator: ":",
-};
 
-/// Paddle Billing at `/webhooks/paddle` and `/billing/webhook`; secrets from `PADDLE_WEBHOOK_SECRET`.
+/// Paddle Billing at `/webhooks/paddle` and `/billing/webhook`; secrets from
+/// `PADDLE_WEBHOOK_SECRET`, used as text (their UTF-8 bytes are the HMAC keys).
 pub const SPEC: ProviderSpec = ProviderSpec {
-    name: Paddle::NAME,
+    name: NAME,
     aliases: &["/billing/webhook"],
     secret_help: "Paddle notification secret keys (Developer tools > Notifications > your destination), \
                   comma-separated (several during a rotation).",
-    build: |secrets, tolerance_secs| Ok(std::sync::Arc::new(Paddle::verifier(secrets, tolerance_secs)?)),
+    signature: Signature::HmacHeader(&hmac_header::Format {
+        provider: NAME,
+        header: SIGNATURE_HEADER,
+        signed: Signed::Timestamped(Timestamped {
+            separator: ';',
+            timestamp_key: "ts",
+            signature_key: "h1",
+            message_separator: ":",
+        }),
+    }),
     format: &PaddleFormat,
 };
 
-/// Paddle: its name, and its verifier ([`PaddleFormat`] reads its events).
-#[derive(Debug)]
-pub struct Paddle;
-
-impl Paddle {
-    /// The provider name stored with each Paddle event.
-    pub const NAME: &'static str = "paddle";
-
-    /// The verifier of Paddle's signatures. Paddle signs with the secret key
-    /// as text: its UTF-8 bytes are the HMAC key.
-    pub fn verifier(
-        secrets: &[SecretString],
-        tolerance_secs: u64,
-    ) -> Result<TimestampedVerifier, InvalidSecret> {
-        TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs)
-    }
-}
-
-/// Reads Paddle notifications: `event_id`, `event_type`, `occurred_at`,
+/// Paddle's layout: `event_id`, `event_type`, `occurred_at`,
 /// `notification_id` and `data` at the top of the body.
 #[derive(Debug)]
 pub struct PaddleFormat;
 
-impl EventFormat for PaddleFormat {
-    fn read_request(&self, _headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
-        let mut envelope = Envelope::read(payload)?;
-        let event = Event::new(
-            event::required(envelope.event_id.take(), "event_id")?,
-            event::required(envelope.event_type.take(), "event_type")?,
-        );
-        envelope.complete(event)
-    }
-
-    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
-        Envelope::stored(payload, event_id, event_type)
-    }
+impl Layout for PaddleFormat {
+    type Envelope<'a> = Envelope<'a>;
 }
 
 /// The notification body's top level, as Paddle documents it.
 #[derive(Deserialize)]
-struct Envelope<'a> {
+pub struct Envelope<'a> {
     #[serde(borrow)]
     event_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -88,6 +63,14 @@ struct Envelope<'a> {
 
 impl<'a> TopLevel<'a> for Envelope<'a> {
     const FORMAT: &'static str = "Paddle";
+
+    /// The id and type are in the body.
+    fn identify(&mut self, _headers: &HeaderMap) -> Result<Event, EventError> {
+        Ok(Event::new(
+            event::required(self.event_id.take(), "event_id")?,
+            event::required(self.event_type.take(), "event_type")?,
+        ))
+    }
 
     /// `event` with the envelope's time, notification id and data.
     fn complete(self, event: Event) -> Result<Event, EventError> {
@@ -107,21 +90,19 @@ impl<'a> TopLevel<'a> for Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{Provider, SignatureError};
-    use crate::providers::{payload, signature};
-    use axum::http::HeaderValue;
+    use crate::providers::{EventFormat, Provider, SignatureError};
+    use crate::providers::{payload, signature, test_headers, test_verifier};
+    use secrecy::SecretString;
+    use std::sync::Arc;
 
     const SECRET: &str = "pdl_ntfset_0123456789";
 
-    fn paddle(secrets: &[&str]) -> TimestampedVerifier {
-        let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
-        Paddle::verifier(&secrets, 300).unwrap()
+    fn paddle(secrets: &[&str]) -> Arc<dyn Provider> {
+        test_verifier(&SPEC, secrets)
     }
 
     fn headers(signature: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(SIGNATURE_HEADER, HeaderValue::from_str(signature).unwrap());
-        headers
+        test_headers(&[(SIGNATURE_HEADER, signature)])
     }
 
     fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
@@ -142,7 +123,7 @@ mod tests {
             let ts = vector["ts"].as_i64().unwrap();
             if secret.len() < signature::MIN_KEY_LEN {
                 // paddle-node-sdk's `VALID_SECRET` is 12 bytes: too short to configure.
-                let refused = Paddle::verifier(&[SecretString::from(secret)], 300).unwrap_err();
+                let refused = SPEC.verifier(&[SecretString::from(secret)], 300).unwrap_err();
                 assert_eq!(refused.problem, signature::KeyError::TooShort);
                 continue;
             }

@@ -11,21 +11,18 @@ use proptest::prelude::*;
 use secrecy::SecretString;
 use serde_json::{Map, Value};
 
-use super::clerk::Clerk;
-use super::github::GitHub;
-use super::paddle::Paddle;
+use std::sync::Arc;
+
 use super::signature::{SignatureError, hmac_sha256};
 use super::standard_sender::StandardWebhooksSender;
-use super::stripe::Stripe;
-use super::timestamped::TimestampedVerifier;
-use super::{BUILT_IN, Provider, Verified, standard_sender};
+use super::{BUILT_IN, Provider, Verified, clerk, github, paddle, standard_sender, stripe};
 use crate::event::json::check_unique_keys;
 use crate::event::{EventError, Payload};
 
 const TOLERANCE: u64 = 300;
 
-fn paddle(secret: &str) -> TimestampedVerifier {
-    Paddle::verifier(&[SecretString::from(secret)], TOLERANCE).unwrap()
+fn paddle(secret: &str) -> Arc<dyn Provider> {
+    paddle::SPEC.verifier(&[SecretString::from(secret)], TOLERANCE).unwrap()
 }
 
 fn paddle_headers(secret: &str, ts: &str, body: &[u8]) -> HeaderMap {
@@ -33,8 +30,9 @@ fn paddle_headers(secret: &str, ts: &str, body: &[u8]) -> HeaderMap {
     headers(&[("paddle-signature", &format!("ts={ts};h1={}", hex::encode(tag)))])
 }
 
-fn clerk(key: &[u8]) -> StandardWebhooksSender {
-    Clerk::verifier(&[SecretString::from(format!("whsec_{}", STANDARD.encode(key)))], TOLERANCE).unwrap()
+fn clerk(key: &[u8]) -> Arc<dyn Provider> {
+    let secret = SecretString::from(format!("whsec_{}", STANDARD.encode(key)));
+    clerk::SPEC.verifier(&[secret], TOLERANCE).unwrap()
 }
 
 fn clerk_headers(key: &[u8], id: &str, ts: &str, body: &[u8]) -> HeaderMap {
@@ -193,12 +191,12 @@ fn independent_hmac(key: &[u8], message: &[u8]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
-fn stripe(secret: &str) -> TimestampedVerifier {
-    Stripe::verifier(&[SecretString::from(secret)], TOLERANCE).unwrap()
+fn stripe(secret: &str) -> Arc<dyn Provider> {
+    stripe::SPEC.verifier(&[SecretString::from(secret)], TOLERANCE).unwrap()
 }
 
-fn github(secret: &str) -> GitHub {
-    GitHub::new(&[SecretString::from(secret)]).unwrap()
+fn github(secret: &str) -> Arc<dyn Provider> {
+    github::SPEC.verifier(&[SecretString::from(secret)], TOLERANCE).unwrap()
 }
 
 fn sender(key: &[u8]) -> StandardWebhooksSender {

@@ -26,7 +26,7 @@ impl Registry {
                 continue;
             }
             let provider =
-                (spec.build)(secrets, tolerance_secs).map_err(|invalid| ConfigError::InvalidSecret {
+                spec.verifier(secrets, tolerance_secs).map_err(|invalid| ConfigError::InvalidSecret {
                     variable: spec.secret_variable(),
                     position: invalid.position,
                     problem: invalid.problem,
@@ -36,14 +36,14 @@ impl Registry {
         for (name, secrets) in config.standard_webhooks.by_name()? {
             let sender = StandardWebhooksSender::new(name, &secrets, tolerance_secs)
                 .map_err(|invalid| config.standard_webhooks.invalid_secret(name, invalid))?;
-            registry = registry.with(sender);
+            registry = registry.with(Arc::new(sender));
         }
         Ok(registry)
     }
 
     /// Enables `provider` under its name, replacing any provider of that name.
-    pub fn with(mut self, provider: impl Provider + 'static) -> Self {
-        self.0.insert(provider.name().to_string(), Arc::new(provider));
+    pub fn with(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.0.insert(provider.name().to_string(), provider);
         self
     }
 

@@ -18,8 +18,8 @@ use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::standard_webhooks::{self, StandardWebhooksVerifier};
-use super::{EventFormat, InvalidSecret, Provider, TopLevel, Verified};
-use crate::event::{self, Event, EventError, Payload};
+use super::{InvalidSecret, Layout, Provider, TopLevel, Verified};
+use crate::event::{self, Event, EventError};
 
 /// The event type recorded when the body has no `type` string.
 pub const UNTYPED: &str = "unknown";
@@ -56,33 +56,20 @@ impl Provider for StandardWebhooksSender {
     }
 }
 
-/// Reads Standard Webhooks deliveries: the id is the signed `webhook-id`
-/// (or `svix-id`) header; `type`, `timestamp` and `data` are read from the
-/// body when they have the recommended shape.
+/// The Standard Webhooks layout: the id is the signed `webhook-id` (or
+/// `svix-id`) header; `type`, `timestamp` and `data` are read from the body
+/// when they have the recommended shape.
 #[derive(Debug)]
 pub struct StandardFormat;
 
-impl EventFormat for StandardFormat {
-    fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
-        let envelope = Envelope::read(payload)?;
-        let event_type =
-            text(envelope.event_type).filter(|t| !t.is_empty()).unwrap_or(Cow::Borrowed(UNTYPED));
-        let event = Event::new(
-            event::required(standard_webhooks::message_id(headers).map(Cow::Borrowed), "webhook-id")?,
-            event::required(Some(event_type), "type")?,
-        );
-        envelope.complete(event)
-    }
-
-    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
-        Envelope::stored(payload, event_id, event_type)
-    }
+impl Layout for StandardFormat {
+    type Envelope<'a> = Envelope<'a>;
 }
 
 /// The recommended top level; each field is kept raw, so that a field of
 /// another shape is ignored rather than refused.
 #[derive(Deserialize)]
-struct Envelope<'a> {
+pub struct Envelope<'a> {
     #[serde(borrow, rename = "type")]
     event_type: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -93,6 +80,15 @@ struct Envelope<'a> {
 
 impl<'a> TopLevel<'a> for Envelope<'a> {
     const FORMAT: &'static str = "Standard Webhooks";
+
+    /// The id is the signed header; the type, if the body has none, [`UNTYPED`].
+    fn identify(&mut self, headers: &HeaderMap) -> Result<Event, EventError> {
+        let event_type = text(self.event_type).filter(|t| !t.is_empty()).unwrap_or(Cow::Borrowed(UNTYPED));
+        Ok(Event::new(
+            event::required(standard_webhooks::message_id(headers).map(Cow::Borrowed), "webhook-id")?,
+            event::required(Some(event_type), "type")?,
+        ))
+    }
 
     /// `event` with the envelope's time, when it is RFC 3339, and data.
     fn complete(self, event: Event) -> Result<Event, EventError> {
@@ -111,7 +107,7 @@ fn text(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::payload;
+    use crate::providers::{EventFormat, payload};
     use axum::http::HeaderValue;
 
     fn parse(headers: &HeaderMap, body: &str) -> Result<(String, String, Option<String>), EventError> {

@@ -4,79 +4,53 @@
 //! type and creation time are in the body (`id`, `type`, `created`).
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use axum::http::HeaderMap;
-use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::timestamped::{self, TimestampedVerifier};
-use super::{EventFormat, InvalidSecret, ProviderSpec, TopLevel};
-use crate::event::{self, Event, EventError, Payload};
+use super::hmac_header::{self, Signed, Timestamped};
+use super::{Layout, ProviderSpec, Signature, TopLevel};
+use crate::event::{self, Event, EventError};
+
+/// The provider name stored with each Stripe event.
+pub const NAME: &str = "stripe";
 
 const SIGNATURE_HEADER: &str = "Stripe-Signature";
-/// Stripe adds `v0` (a test-mode scheme) and may add others: only `v1` is checked.
-const FORMAT: timestamped::Format = timestamped::Format {
-    provider: Stripe::NAME,
-    header: SIGNATURE_HEADER,
-    separator: ',',
-    timestamp_key: "t",
-    signature_key: "v1",
-    message_separator: ".",
-};
 
-/// Stripe at `/webhooks/stripe`; secrets from `STRIPE_WEBHOOK_SECRET`.
+/// Stripe at `/webhooks/stripe`; secrets from `STRIPE_WEBHOOK_SECRET`. Stripe
+/// keys the HMAC with the whole secret as text, `whsec_` prefix included;
+/// it adds `v0` (a test-mode scheme) and may add others: only `v1` is checked.
 pub const SPEC: ProviderSpec = ProviderSpec {
-    name: Stripe::NAME,
+    name: NAME,
     aliases: &[],
     secret_help: "Stripe endpoint signing secrets `whsec_...` (Workbench > Webhooks > your endpoint), \
                   comma-separated (several while rolling a secret).",
-    build: |secrets, tolerance_secs| Ok(Arc::new(Stripe::verifier(secrets, tolerance_secs)?)),
+    signature: Signature::HmacHeader(&hmac_header::Format {
+        provider: NAME,
+        header: SIGNATURE_HEADER,
+        signed: Signed::Timestamped(Timestamped {
+            separator: ',',
+            timestamp_key: "t",
+            signature_key: "v1",
+            message_separator: ".",
+        }),
+    }),
     format: &StripeFormat,
 };
 
-/// Stripe: its name, and its verifier ([`StripeFormat`] reads its events).
-#[derive(Debug)]
-pub struct Stripe;
-
-impl Stripe {
-    /// The provider name stored with each Stripe event.
-    pub const NAME: &'static str = "stripe";
-
-    /// The verifier of Stripe's signatures. Stripe keys the HMAC with the
-    /// whole secret as text, `whsec_` prefix included.
-    pub fn verifier(
-        secrets: &[SecretString],
-        tolerance_secs: u64,
-    ) -> Result<TimestampedVerifier, InvalidSecret> {
-        TimestampedVerifier::new(&FORMAT, secrets, tolerance_secs)
-    }
-}
-
-/// Reads Stripe event objects: `id`, `type`, `created` (unix seconds) and
-/// `data` at the top of the body.
+/// Stripe's layout: event objects with `id`, `type`, `created` (unix
+/// seconds) and `data` at the top of the body.
 #[derive(Debug)]
 pub struct StripeFormat;
 
-impl EventFormat for StripeFormat {
-    fn read_request(&self, _headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
-        let mut envelope = Envelope::read(payload)?;
-        let event = Event::new(
-            event::required(envelope.id.take(), "id")?,
-            event::required(envelope.event_type.take(), "type")?,
-        );
-        envelope.complete(event)
-    }
-
-    fn read_stored(&self, event_id: &str, event_type: &str, payload: &Payload) -> Result<Event, EventError> {
-        Envelope::stored(payload, event_id, event_type)
-    }
+impl Layout for StripeFormat {
+    type Envelope<'a> = Envelope<'a>;
 }
 
 /// The top level of a Stripe event object.
 #[derive(Deserialize)]
-struct Envelope<'a> {
+pub struct Envelope<'a> {
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
     #[serde(borrow, rename = "type")]
@@ -89,6 +63,14 @@ struct Envelope<'a> {
 impl<'a> TopLevel<'a> for Envelope<'a> {
     const FORMAT: &'static str = "Stripe";
 
+    /// The id and type are in the body.
+    fn identify(&mut self, _headers: &HeaderMap) -> Result<Event, EventError> {
+        Ok(Event::new(
+            event::required(self.id.take(), "id")?,
+            event::required(self.event_type.take(), "type")?,
+        ))
+    }
+
     /// `event` with the envelope's creation time and data.
     fn complete(self, event: Event) -> Result<Event, EventError> {
         let occurred_at =
@@ -100,19 +82,16 @@ impl<'a> TopLevel<'a> for Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{Provider, SignatureError};
-    use crate::providers::{payload, signature};
-    use axum::http::HeaderValue;
+    use crate::providers::{EventFormat, Provider, SignatureError};
+    use crate::providers::{payload, signature, test_headers, test_verifier};
+    use std::sync::Arc;
 
-    fn stripe(secrets: &[&str]) -> TimestampedVerifier {
-        let secrets: Vec<SecretString> = secrets.iter().map(|s| SecretString::from(*s)).collect();
-        Stripe::verifier(&secrets, 300).unwrap()
+    fn stripe(secrets: &[&str]) -> Arc<dyn Provider> {
+        test_verifier(&SPEC, secrets)
     }
 
     fn headers(signature: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(SIGNATURE_HEADER, HeaderValue::from_str(signature).unwrap());
-        headers
+        test_headers(&[(SIGNATURE_HEADER, signature)])
     }
 
     fn sign(secret: &str, t: i64, body: &[u8]) -> String {

@@ -10,7 +10,7 @@ use sqlx::{Connection, PgConnection};
 use webhook_inbox::http::{AppState, Limits, app};
 use webhook_inbox::inbox::RoutingTable;
 use webhook_inbox::providers::Registry;
-use webhook_inbox::providers::paddle::Paddle;
+use webhook_inbox::providers::paddle;
 
 use crate::support::app::{Answer, send};
 use crate::support::events::subscription;
@@ -105,7 +105,8 @@ async fn an_unreachable_database_answers_503_and_readiness_says_so() {
     // Nothing listens on port 1: every connection attempt is refused.
     let options = "postgres://postgres@127.0.0.1:1/none".parse().unwrap();
     let pool = PgPoolOptions::new().acquire_timeout(Duration::from_millis(300)).connect_lazy_with(options);
-    let providers = Registry::default().with(Paddle::verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
+    let providers =
+        Registry::default().with(paddle::SPEC.verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
     let router = app(AppState::new(pool, providers, RoutingTable::default(), limits));
 

@@ -10,7 +10,7 @@ use webhook_inbox::event::Event;
 use webhook_inbox::http::{AppState, Limits, app};
 use webhook_inbox::inbox::{Effect, EffectError, RoutingTable};
 use webhook_inbox::providers::Registry;
-use webhook_inbox::providers::paddle::Paddle;
+use webhook_inbox::providers::paddle;
 
 use crate::support::app::send;
 use crate::support::*;
@@ -124,7 +124,8 @@ impl Effect for SwallowsErrors {
 #[tokio::test]
 async fn a_handler_that_swallows_a_failed_statement_is_archived_failed_never_answered_processed() {
     let db = TestDatabase::create().await;
-    let providers = Registry::default().with(Paddle::verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
+    let providers =
+        Registry::default().with(paddle::SPEC.verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
     let routing = RoutingTable::default().on("paddle", "subscription.created", SwallowsErrors);
     let router = app(AppState::new(db.pool().clone(), providers, routing, limits));

@@ -20,7 +20,7 @@ use webhook_inbox::event::Event as InboxEvent;
 use webhook_inbox::http::{AppState, ConnectionLimits, Limits, app, serve};
 use webhook_inbox::inbox::{Effect, EffectError};
 use webhook_inbox::providers::Registry;
-use webhook_inbox::providers::paddle::Paddle;
+use webhook_inbox::providers::paddle;
 
 use crate::support::provider::attempt;
 use crate::support::*;
@@ -49,8 +49,8 @@ async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keep
     let db = TestDatabase::create().await;
     let options = webhook_inbox::db::session_options(db.connect_options(), Default::default());
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();
-    let providers =
-        Registry::default().with(Paddle::verifier(&[SecretString::from(PADDLE_SECRETS[0])], 300).unwrap());
+    let providers = Registry::default()
+        .with(paddle::SPEC.verifier(&[SecretString::from(PADDLE_SECRETS[0])], 300).unwrap());
     let credits: PriceCredits = "pri_basic=100,pri_unlisted=0".parse().unwrap();
     let effects = webhook_inbox::effects::all(credits.clone()).on(
         "paddle",

@@ -3,13 +3,13 @@
 pub mod users;
 
 use crate::inbox::RoutingTable;
-use crate::providers::clerk::Clerk;
+use crate::providers::clerk;
 use users::{UserCreated, UserDeleted, UserUpdated};
 
 /// Clerk's events with effects here: a user's life.
 pub fn register(routing: RoutingTable) -> RoutingTable {
-    routing.on(Clerk::NAME, "user.created", UserCreated).on(Clerk::NAME, "user.updated", UserUpdated).on(
-        Clerk::NAME,
+    routing.on(clerk::NAME, "user.created", UserCreated).on(clerk::NAME, "user.updated", UserUpdated).on(
+        clerk::NAME,
         "user.deleted",
         UserDeleted,
     )

@@ -24,7 +24,7 @@ use serde::Deserialize;
 
 use crate::config;
 use crate::inbox::{EffectError, RoutingTable};
-use crate::providers::paddle::Paddle;
+use crate::providers::paddle;
 use subscriptions::{SubscriptionChanged, SubscriptionCreated};
 use transactions::TransactionCompleted;
 
@@ -32,9 +32,9 @@ use transactions::TransactionCompleted;
 pub fn register(routing: RoutingTable, price_credits: PriceCredits) -> RoutingTable {
     let price_credits = Arc::new(price_credits);
     routing
-        .on(Paddle::NAME, "subscription.created", SubscriptionCreated(price_credits.clone()))
-        .on_each(Paddle::NAME, &subscriptions::CHANGES, SubscriptionChanged)
-        .on(Paddle::NAME, "transaction.completed", TransactionCompleted(price_credits))
+        .on(paddle::NAME, "subscription.created", SubscriptionCreated(price_credits.clone()))
+        .on_each(paddle::NAME, &subscriptions::CHANGES, SubscriptionChanged)
+        .on(paddle::NAME, "transaction.completed", TransactionCompleted(price_credits))
 }
 
 /// Credits per unit of each Paddle price id, from `PADDLE_PRICE_CREDITS`
