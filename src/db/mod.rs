@@ -5,6 +5,7 @@ pub mod embedded;
 pub mod keepalive;
 pub mod partitions;
 mod session_lock;
+pub mod statement;
 
 pub use session_lock::SessionLock;
 

@@ -4,7 +4,7 @@
 //! yet), its send is one signed POST, and its record also writes the
 //! attempt and moves the circuit breaker.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -13,6 +13,7 @@ use sqlx::{Connection, PgConnection};
 use super::declaration::{Destination, Ordering};
 use super::jobs::ClaimedJob;
 use super::sender::{self, Attempt, ForwardedEvent};
+use crate::db::statement::{PgQuery, numbered};
 use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
 use crate::queue::{Done, Queue, Schedule, Verdict};
 
@@ -115,34 +116,89 @@ const CLAIM_ORDERED: &str = claim!(
                           AND (e.id < j.id OR e.locked_until > $1)))"
 );
 
-/// The record: the engine's, then the attempts, then the circuit breaker
-/// and a 410's disabling on the destination's row.
-const RECORD: &str = concat!(
-    "WITH recorded AS (",
-    queue_record!("destination_jobs", "int8"),
-    " RETURNING q.id),
-     attempts AS (
-         INSERT INTO destination_attempts
-             (attempted_at, job_id, attempt, destination, duration_ms, status_code, error, response_body)
-         SELECT a.attempted_at, a.job_id, a.attempt, $6, a.duration_ms, a.status_code, a.error, a.body
-         FROM unnest($7::timestamptz[], $1::int8[], $8::int4[], $9::float8[], $10::int2[], $4::text[], $11::text[])
-              AS a(attempted_at, job_id, attempt, duration_ms, status_code, error, body)
-         -- A record repeated after a lost answer writes each attempt once.
-         ON CONFLICT DO NOTHING
-     ),
-     failures AS (
-         SELECT CASE WHEN $12 THEN $13 ELSE consecutive_failures + $13 END AS n
-         FROM destinations WHERE name = $6
-     )
-     UPDATE destinations
-     SET consecutive_failures = failures.n,
-         circuit_open_until = CASE WHEN failures.n >= $14 THEN $15
-                                   WHEN $12 THEN NULL
-                                   ELSE circuit_open_until END,
-         disabled_at = CASE WHEN $16 THEN coalesce(disabled_at, now()) ELSE disabled_at END
-     FROM failures
-     WHERE name = $6"
-);
+/// The record: the engine's (`$1` to `$5`, [`bind_record`]), then the
+/// attempts, then the circuit breaker and a 410's disabling on the
+/// destination's row. Parameters as [`RECORD_PARAMETERS`] names them.
+static RECORD: LazyLock<String> = LazyLock::new(|| {
+    numbered(
+        concat!(
+            "WITH recorded AS (",
+            queue_record!("destination_jobs", "int8"),
+            " RETURNING q.id),
+             attempts AS (
+                 INSERT INTO destination_attempts
+                     (attempted_at, job_id, attempt, destination, duration_ms, status_code, error, response_body)
+                 SELECT a.attempted_at, a.job_id, a.attempt, $destination, a.duration_ms, a.status_code, a.error,
+                        a.body
+                 FROM unnest($started_at::timestamptz[], $1::int8[], $attempt::int4[], $duration_ms::float8[],
+                             $status_code::int2[], $4::text[], $response_body::text[])
+                      AS a(attempted_at, job_id, attempt, duration_ms, status_code, error, body)
+                 -- A record repeated after a lost answer writes each attempt once.
+                 ON CONFLICT DO NOTHING
+             ),
+             failures AS (
+                 SELECT CASE WHEN $any_sent THEN $failures_after ELSE consecutive_failures + $failures_after END AS n
+                 FROM destinations WHERE name = $destination
+             )
+             UPDATE destinations
+             SET consecutive_failures = failures.n,
+                 circuit_open_until = CASE WHEN failures.n >= $circuit_failures THEN $reopen_at
+                                           WHEN $any_sent THEN NULL
+                                           ELSE circuit_open_until END,
+                 disabled_at = CASE WHEN $gone THEN coalesce(disabled_at, now()) ELSE disabled_at END
+             FROM failures
+             WHERE name = $destination"
+        ),
+        &RECORD_PARAMETERS,
+    )
+});
+
+/// [`RECORD`]'s parameters in binding order: the engine's five
+/// ([`bind_record`]), then the destination's.
+const RECORD_PARAMETERS: [&str; 16] = [
+    "id",
+    "claim_token",
+    "status",
+    "error",
+    "retry_at",
+    "destination",
+    "started_at",
+    "attempt",
+    "duration_ms",
+    "status_code",
+    "response_body",
+    "any_sent",
+    "failures_after",
+    "circuit_failures",
+    "reopen_at",
+    "gone",
+];
+
+/// Binds [`RECORD`]'s parameters for `done`, sent to `destination`: the
+/// engine's, each send's attempt, and how the circuit moves.
+fn bind_attempts<'q>(destination: &'q Destination, done: &'q [Done<ClaimedJob, Attempt>]) -> PgQuery<'q> {
+    // The circuit counts consecutive failures, in the order the sends ended.
+    let last_success = done.iter().rposition(|d| d.attempt.error.is_none());
+    let failures_after = done[last_success.map_or(0, |i| i + 1)..].len() as i32;
+    let circuit = destination.circuit;
+    // On the engine's clock, from the end of the last send.
+    let ended =
+        done.iter().map(|d| d.started_at + chrono::Duration::from_std(d.duration).unwrap_or_default()).max();
+    let reopen_at = ended.unwrap_or_else(Utc::now)
+        + chrono::Duration::from_std(circuit.cooldown).unwrap_or(chrono::Duration::MAX);
+    bind_record(sqlx::query(RECORD.as_str()), done)
+        .bind(&destination.name)
+        .bind(done.iter().map(|d| d.started_at).collect::<Vec<_>>())
+        .bind(done.iter().map(|d| d.row.attempts).collect::<Vec<_>>())
+        .bind(done.iter().map(|d| d.duration.as_secs_f64() * 1000.0).collect::<Vec<_>>())
+        .bind(done.iter().map(|d| d.attempt.status.map(|s| s as i16)).collect::<Vec<_>>())
+        .bind(done.iter().map(|d| d.attempt.body.as_str()).collect::<Vec<_>>())
+        .bind(last_success.is_some())
+        .bind(failures_after)
+        .bind(i32::try_from(circuit.failures).unwrap_or(i32::MAX))
+        .bind(reopen_at)
+        .bind(done.iter().any(|d| d.attempt.gone()))
+}
 
 impl Queue for DestinationQueue {
     type Row = ClaimedJob;
@@ -214,31 +270,7 @@ impl Queue for DestinationQueue {
     }
 
     async fn record(&self, conn: &mut PgConnection, done: &[Done<ClaimedJob, Attempt>]) -> sqlx::Result<()> {
-        // The circuit counts consecutive failures, in the order the sends ended.
-        let last_success = done.iter().rposition(|d| d.attempt.error.is_none());
-        let failures_after = done[last_success.map_or(0, |i| i + 1)..].len() as i32;
-        let circuit = self.destination.circuit;
-        // On the engine's clock, from the end of the last send.
-        let ended = done
-            .iter()
-            .map(|d| d.started_at + chrono::Duration::from_std(d.duration).unwrap_or_default())
-            .max();
-        let reopen_at = ended.unwrap_or_else(Utc::now)
-            + chrono::Duration::from_std(circuit.cooldown).unwrap_or(chrono::Duration::MAX);
-        bind_record(sqlx::query(RECORD), done)
-            .bind(&self.destination.name)
-            .bind(done.iter().map(|d| d.started_at).collect::<Vec<_>>())
-            .bind(done.iter().map(|d| d.row.attempts).collect::<Vec<_>>())
-            .bind(done.iter().map(|d| d.duration.as_secs_f64() * 1000.0).collect::<Vec<_>>())
-            .bind(done.iter().map(|d| d.attempt.status.map(|s| s as i16)).collect::<Vec<_>>())
-            .bind(done.iter().map(|d| d.attempt.body.as_str()).collect::<Vec<_>>())
-            .bind(last_success.is_some())
-            .bind(failures_after)
-            .bind(i32::try_from(circuit.failures).unwrap_or(i32::MAX))
-            .bind(reopen_at)
-            .bind(done.iter().any(|d| d.attempt.gone()))
-            .execute(conn)
-            .await?;
+        bind_attempts(&self.destination, done).execute(conn).await?;
         Ok(())
     }
 
@@ -274,5 +306,16 @@ impl Queue for DestinationQueue {
                  `webhook-inbox destinations resume` sends them again"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::statement::parameters;
+
+    #[test]
+    fn the_record_binds_every_parameter_it_names() {
+        assert_eq!(parameters(&RECORD), RECORD_PARAMETERS.len(), "{}", *RECORD);
     }
 }

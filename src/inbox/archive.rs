@@ -3,12 +3,12 @@
 
 use std::sync::LazyLock;
 
-use sqlx::postgres::{PgArguments, PgHasArrayType};
-use sqlx::query::Query;
+use sqlx::postgres::PgHasArrayType;
 use sqlx::{Encode, PgConnection, PgExecutor, Postgres, Row, Type};
 use tracing::instrument;
 
-use super::{Delivery, Forwards};
+use super::{Delivery, Forward, Forwards};
+use crate::db::statement::{PgQuery, numbered};
 
 /// A delivery's archive columns, in order: name, SQL type of the bound
 /// value, and the value. Adding a column to the archive is its migration and
@@ -54,7 +54,7 @@ impl<'d> Columns<'d> for Names {
 }
 
 /// Binds one delivery's values, as `$1`, `$2`, ... in column order.
-struct One<'d, 'q>(Query<'q, Postgres, PgArguments>, &'d Delivery);
+struct One<'d, 'q>(PgQuery<'q>, &'d Delivery);
 
 impl<'d> Columns<'d> for One<'d, '_> {
     fn column<T>(self, _: &'static str, _: &'static str, value: fn(&'d Delivery) -> T) -> Self
@@ -66,7 +66,7 @@ impl<'d> Columns<'d> for One<'d, '_> {
 }
 
 /// Binds several deliveries' values, one array per column, for `unnest`.
-struct Many<'d, 'q>(Query<'q, Postgres, PgArguments>, &'d [&'d Delivery]);
+struct Many<'d, 'q>(PgQuery<'q>, &'d [&'d Delivery]);
 
 impl<'d> Columns<'d> for Many<'d, '_> {
     fn column<T>(self, _: &'static str, _: &'static str, value: fn(&'d Delivery) -> T) -> Self
@@ -78,7 +78,9 @@ impl<'d> Columns<'d> for Many<'d, '_> {
     }
 }
 
-/// The statements, written once from [`columns`].
+/// The statements, written once from [`columns`], with named parameters:
+/// each column's value is `$<column>`, bound in column order; what follows
+/// the columns is named by [`JOBS_OF_ONE`], [`JOBS_OF_MANY`] and [`ERROR`].
 struct Statements {
     record: String,
     record_many: String,
@@ -88,6 +90,17 @@ struct Statements {
     /// [`Statements::record_many`] that also writes the deliveries' jobs.
     record_many_forwarding: String,
 }
+
+/// The parameters after the columns' that write one delivery's jobs
+/// ([`bind_jobs_of_one`]).
+const JOBS_OF_ONE: [&str; 3] = ["destinations", "ordering_keys", "body"];
+
+/// The parameters after the columns' that write several deliveries' jobs
+/// ([`bind_jobs_of_many`]).
+const JOBS_OF_MANY: [&str; 4] = ["delivery_numbers", "destinations", "ordering_keys", "bodies"];
+
+/// The parameter after the columns' of a failure: its error.
+const ERROR: [&str; 1] = ["error"];
 
 /// The jobs of a delivery recorded for the first time: one row per
 /// destination, in the same statement as the dedup row, and only if the
@@ -112,15 +125,16 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
     let Names(columns) = columns(Names::default());
     let cast = |name: &str| CAST.iter().find(|(cast, _)| *cast == name).map(|(_, to)| format!("::{to}"));
     let names = columns.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ");
-    // $1::jsonb, $2, ...: one delivery's values.
-    let values = (columns.iter().enumerate())
-        .map(|(i, (name, _))| format!("${}{}", i + 1, cast(name).unwrap_or_default()))
+    // $payload::jsonb, ...: one delivery's values.
+    let values = (columns.iter())
+        .map(|(name, _)| format!("${name}{}", cast(name).unwrap_or_default()))
         .collect::<Vec<_>>()
         .join(", ");
-    // $1::text[], ...: the arrays of several deliveries' values, and the
-    // columns of the rows unnest makes of them.
-    let arrays = (columns.iter().enumerate())
-        .map(|(i, (_, sql_type))| format!("${}::{sql_type}[]", i + 1))
+    // $provider::text[], ...: the arrays of several deliveries' values, and
+    // the columns of the rows unnest makes of them.
+    let arrays = columns
+        .iter()
+        .map(|(name, sql_type)| format!("${name}::{sql_type}[]"))
         .collect::<Vec<_>>()
         .join(", ");
     let input = columns
@@ -128,30 +142,18 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
         .map(|(name, _)| format!("i.{name}{}", cast(name).unwrap_or_default()))
         .collect::<Vec<_>>()
         .join(", ");
-    // The jobs' parameters follow the columns'.
-    let next = columns.len() + 1;
-    let at =
-        |name: &str| columns.iter().position(|(column, _)| *column == name).expect("an archive column") + 1;
-    let event = ["provider", "event_id", "event_type", "occurred_at"].map(|name| format!("${}", at(name)));
     let jobs_of_one = jobs(
-        &format!(
-            "unnest(${next}::text[], ${}::text[]) AS f(destination, ordering_key), (SELECT ${}::bytea AS body) AS b",
-            next + 1,
-            next + 2
-        ),
+        "unnest($destinations::text[], $ordering_keys::text[]) AS f(destination, ordering_key),
+                  (SELECT $body::bytea AS body) AS b",
         "b.body",
-        &event.join(", "),
+        "$provider, $event_id, $event_type, $occurred_at",
         "EXISTS (SELECT FROM dedup)",
     );
     let jobs_of_many = jobs(
-        &format!(
-            "unnest(${next}::int8[], ${}::text[], ${}::text[], ${}::bytea[]) AS f(n, destination, ordering_key, body)
+        "unnest($delivery_numbers::int8[], $destinations::text[], $ordering_keys::text[], $bodies::bytea[])
+                      AS f(n, destination, ordering_key, body)
                   JOIN input i ON i.n = f.n
                   JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id",
-            next + 1,
-            next + 2,
-            next + 3
-        ),
         "f.body",
         "i.provider, i.event_id, i.event_type, i.occurred_at",
         "true",
@@ -160,7 +162,7 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
         format!(
             "WITH dedup AS (
                  INSERT INTO processed_webhook_events (provider, event_id, event_type)
-                 VALUES ($1, $2, $3)
+                 VALUES ($provider, $event_id, $event_type)
                  ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
                  RETURNING id
              ){jobs}
@@ -190,22 +192,55 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
              RETURNING id, provider, event_id, processing_status = 'PROCESSED'"
         )
     };
-    let error = columns.len() + 1;
+    // Each statement's parameters: the columns', then its own.
+    let parameters = |own: &[&'static str]| {
+        columns.iter().map(|(name, _)| *name).chain(own.iter().copied()).collect::<Vec<_>>()
+    };
     Statements {
-        record: record(""),
-        record_many: record_many(&format!("AS t({names})"), ""),
-        record_failure: format!(
-            "INSERT INTO webhook_events ({names}, processing_status, error_message)
-             VALUES ({values}, 'FAILED', ${error})
-             RETURNING id"
+        record: numbered(&record(""), &parameters(&[])),
+        record_many: numbered(&record_many(&format!("AS t({names})"), ""), &parameters(&[])),
+        record_failure: numbered(
+            &format!(
+                "INSERT INTO webhook_events ({names}, processing_status, error_message)
+                 VALUES ({values}, 'FAILED', $error)
+                 RETURNING id"
+            ),
+            &parameters(&ERROR),
         ),
-        record_forwarding: record(&format!(",\n             {jobs_of_one}")),
-        record_many_forwarding: record_many(
-            &format!("WITH ORDINALITY AS t({names}, n)"),
-            &format!(",\n             {jobs_of_many}"),
+        record_forwarding: numbered(
+            &record(&format!(",\n             {jobs_of_one}")),
+            &parameters(&JOBS_OF_ONE),
+        ),
+        record_many_forwarding: numbered(
+            &record_many(
+                &format!("WITH ORDINALITY AS t({names}, n)"),
+                &format!(",\n             {jobs_of_many}"),
+            ),
+            &parameters(&JOBS_OF_MANY),
         ),
     }
 });
+
+/// Binds [`JOBS_OF_ONE`] after `delivery`'s columns: the destinations that
+/// want its event, each one's ordering key, and the raw body.
+fn bind_jobs_of_one<'q>(query: PgQuery<'q>, delivery: &'q Delivery, jobs: &'q [Forward]) -> PgQuery<'q> {
+    query
+        .bind(jobs.iter().map(|job| job.destination.as_str()).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|job| job.ordering_key.as_deref()).collect::<Vec<_>>())
+        // The raw body, byte for byte: the jsonb the archive keeps is normalised.
+        .bind(delivery.payload.as_str().as_bytes())
+}
+
+/// Binds [`JOBS_OF_MANY`] after the deliveries' columns: for each job, the
+/// (1-based) number of its delivery, its destination, its ordering key,
+/// and its delivery's raw body.
+fn bind_jobs_of_many<'q>(query: PgQuery<'q>, jobs: &[(i64, &'q Delivery, &'q Forward)]) -> PgQuery<'q> {
+    query
+        .bind(jobs.iter().map(|(n, _, _)| *n).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|(_, _, job)| job.destination.as_str()).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|(_, _, job)| job.ordering_key.as_deref()).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|(_, delivery, _)| delivery.payload.as_str().as_bytes()).collect::<Vec<_>>())
+}
 
 /// Inserts the dedup row and the archive row in one statement, and says
 /// whether this delivery is the event's first (`true`) or a duplicate; with
@@ -236,11 +271,7 @@ pub async fn record<'e>(
     };
     let One(mut query, _) = columns(One(sqlx::query(statement.as_str()), delivery));
     if !jobs.is_empty() {
-        query = query
-            .bind(jobs.iter().map(|job| job.destination.as_str()).collect::<Vec<_>>())
-            .bind(jobs.iter().map(|job| job.ordering_key.as_deref()).collect::<Vec<_>>())
-            // The raw body, byte for byte: the jsonb the archive keeps is normalised.
-            .bind(delivery.payload.as_str().as_bytes());
+        query = bind_jobs_of_one(query, delivery, jobs);
     }
     let row = query.fetch_one(executor).await?;
     Ok((row.try_get(0)?, row.try_get(1)?))
@@ -261,7 +292,7 @@ pub async fn record_many(
     forwards: &[&Forwards],
 ) -> sqlx::Result<Vec<(i64, bool)>> {
     // Each job with the (1-based) position of its delivery.
-    let jobs: Vec<(i64, &Delivery, &super::Forward)> = (1..)
+    let jobs: Vec<(i64, &Delivery, &Forward)> = (1..)
         .zip(deliveries.iter().zip(forwards))
         .flat_map(|(n, (delivery, forwards))| forwards.jobs().iter().map(move |job| (n, *delivery, job)))
         .collect();
@@ -271,13 +302,7 @@ pub async fn record_many(
     };
     let Many(mut query, _) = columns(Many(sqlx::query(statement.as_str()), deliveries));
     if !jobs.is_empty() {
-        query = query
-            .bind(jobs.iter().map(|(n, _, _)| *n).collect::<Vec<_>>())
-            .bind(jobs.iter().map(|(_, _, job)| job.destination.as_str()).collect::<Vec<_>>())
-            .bind(jobs.iter().map(|(_, _, job)| job.ordering_key.as_deref()).collect::<Vec<_>>())
-            .bind(
-                jobs.iter().map(|(_, delivery, _)| delivery.payload.as_str().as_bytes()).collect::<Vec<_>>(),
-            );
+        query = bind_jobs_of_many(query, &jobs);
     }
     let rows = query.fetch_all(conn).await?;
     // RETURNING has no order: match the rows back by their (unique) key.
@@ -310,25 +335,25 @@ pub async fn record_failure<'e>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::statement::parameters;
 
     #[test]
-    fn every_statement_names_every_column_once_with_a_parameter_for_each() {
+    fn every_statement_names_every_column_once_and_binds_each_parameter() {
         let Names(columns) = columns(Names::default());
         let n = columns.len();
-        // The statements and their last parameter: the columns', the error,
-        // or the jobs' (three for one delivery, four for several).
-        for (statement, last) in [
+        // The statements and how many values they take: the columns', then
+        // the error's or the jobs'.
+        for (statement, bound) in [
             (&STATEMENTS.record, n),
             (&STATEMENTS.record_many, n),
-            (&STATEMENTS.record_failure, n + 1),
-            (&STATEMENTS.record_forwarding, n + 3),
-            (&STATEMENTS.record_many_forwarding, n + 4),
+            (&STATEMENTS.record_failure, n + ERROR.len()),
+            (&STATEMENTS.record_forwarding, n + JOBS_OF_ONE.len()),
+            (&STATEMENTS.record_many_forwarding, n + JOBS_OF_MANY.len()),
         ] {
             for (name, _) in &columns {
                 assert!(statement.contains(&format!("{name}, ")), "{name} in {statement}");
             }
-            assert!(statement.contains(&format!("${last}")), "{statement}");
-            assert!(!statement.contains(&format!("${}", last + 1)), "{statement}");
+            assert_eq!(parameters(statement), bound, "{statement}");
         }
         assert!(STATEMENTS.record.contains("$4::jsonb"), "{}", STATEMENTS.record);
         assert!(STATEMENTS.record_many.contains("i.payload::jsonb"), "{}", STATEMENTS.record_many);

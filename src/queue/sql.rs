@@ -69,17 +69,13 @@ macro_rules! queue_record {
 
 pub(crate) use {queue_due, queue_lease, queue_record};
 
-use sqlx::Postgres;
-use sqlx::postgres::PgArguments;
-use sqlx::query::Query;
+use crate::db::statement::PgQuery;
 
 use super::{Attempt, ClaimedRow, Done, Verdict};
 
-/// Binds `$1` to `$5` of [`queue_record!`] for `done`.
-pub fn bind_record<'q, J: ClaimedRow, A: Attempt>(
-    query: Query<'q, Postgres, PgArguments>,
-    done: &'q [Done<J, A>],
-) -> Query<'q, Postgres, PgArguments> {
+/// Binds `$1` to `$5` of [`queue_record!`] for `done`: the rows' ids, claim
+/// tokens, new statuses, errors and retry times.
+pub fn bind_record<'q, J: ClaimedRow, A: Attempt>(query: PgQuery<'q>, done: &'q [Done<J, A>]) -> PgQuery<'q> {
     query
         .bind(done.iter().map(|d| d.row.id()).collect::<Vec<_>>())
         .bind(done.iter().map(|d| d.row.claim_token()).collect::<Vec<_>>())
