@@ -78,6 +78,49 @@ fn no_module_depends_on_itself_through_others() {
     assert_eq!(circle(&graph), None, "an import circle");
 }
 
+/// For every folder under `src/`, its files (but `mod.rs`, which names them
+/// all) and the sibling files each names as `super::<file>`.
+fn sibling_dependencies(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut folders = BTreeMap::new();
+    let mut pending = vec![src.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let Some(module) = path.file_name().unwrap().to_str().unwrap().strip_suffix(".rs") else {
+                continue;
+            };
+            if ["mod", "lib", "main"].contains(&module) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let named = graph.entry(module.to_string()).or_default();
+            for (at, _) in text.match_indices("super::") {
+                let rest = &text[at + "super::".len()..];
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !name.is_empty() && name != module {
+                    named.insert(name);
+                }
+            }
+        }
+        folders.insert(folder.strip_prefix(src).unwrap().display().to_string(), graph);
+    }
+    folders
+}
+
+#[test]
+fn no_file_depends_on_itself_through_its_siblings() {
+    let folders = sibling_dependencies(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(folders["http/console"]["error"].contains("templates"), "the scan found the files: {folders:?}");
+    for (folder, graph) in &folders {
+        assert_eq!(circle(graph), None, "an import circle in src/{folder}");
+    }
+}
+
 #[test]
 fn configuration_names_no_other_module() {
     let graph = dependencies(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));

@@ -6,12 +6,12 @@ use std::str::FromStr;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use serde::{Serialize, Serializer};
 use sqlx::PgPool;
 
 use super::filter::EventFilter;
-use super::query::{self, ArchivedDelivery};
+use super::query::{self, ArchivedDelivery, Received};
 
 /// Where the next page starts: the last row's place in its listing's
 /// order. Clients pass back the text they were given; what it holds is
@@ -40,17 +40,7 @@ impl Position for i64 {
     }
 }
 
-/// An archive row's place: the archive is listed by when each row was
-/// received, then by id, so that a page of the newest rows, or of a time
-/// range, reads only the day partitions it shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Received {
-    /// When the row was archived.
-    pub created_at: DateTime<Utc>,
-    /// Its id, which orders rows received at the same instant.
-    pub id: i64,
-}
-
+/// An archive row's place, as [`query::list`] orders the archive.
 impl Position for Received {
     fn write(&self) -> String {
         format!("before:{}:{}", self.created_at.timestamp_micros(), self.id)

@@ -8,7 +8,17 @@ use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 use tracing::instrument;
 
 use super::filter::EventFilter;
-use super::page::Received;
+
+/// An archive row's place in the listing: the archive is listed by when
+/// each row was received, then by id, so that a page of the newest rows, or
+/// of a time range, reads only the day partitions it shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// When the row was archived.
+    pub created_at: DateTime<Utc>,
+    /// Its id, which orders rows received at the same instant.
+    pub id: i64,
+}
 
 /// The columns of [`ArchivedDelivery`], for every query that reads one.
 const SUMMARY_COLUMNS: &str = "id, provider, event_id, event_type, processing_status, error_message, \

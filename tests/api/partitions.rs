@@ -15,7 +15,8 @@ use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 use webhook_inbox::db::{MIGRATOR, conversion};
 use webhook_inbox::operations::filter::Status;
-use webhook_inbox::operations::page::{self, Cursor, Received};
+use webhook_inbox::operations::page::{self, Cursor};
+use webhook_inbox::operations::query::Received;
 use webhook_inbox::operations::{EventFilter, Since};
 
 use crate::support::*;

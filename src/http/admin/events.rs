@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
 use crate::http::{AppState, UnknownFields, request_id};
-use crate::operations::page::{self, Page, Received};
+use crate::operations::page::{self, Page};
+use crate::operations::query::Received;
 use crate::operations::{EventFilter, Reprocessed, bulk, query, reprocess};
 
 use super::listing::{ListQuery, Listing};

@@ -57,13 +57,13 @@ pub async fn bulk_dry_run(
 ) -> Result<Html<String>, ConsoleError> {
     let filters = failed_only(query.as_deref().unwrap_or(""))?;
     let plan = bulk::plan(&state.pool, &filters.filter, BULK).await?;
-    render(
+    Ok(render(
         "bulk.html",
         context! {
             csrf => session.csrf_token, nav => "events", count => plan.events.len(),
             plan => serde(&plan), fields => serde(&filters.pairs), back => filters.query(&[]), limit => BULK,
         },
-    )
+    )?)
 }
 
 /// `POST /console/reprocess` (the confirmation, with the dry run's filters):
@@ -83,11 +83,11 @@ pub async fn bulk_run(
         async move { Ok(audit::record_reprocess(&pool, &actor, "bulk reprocess", &reprocessed).await?) }
     })
     .await?;
-    render(
+    Ok(render(
         "bulk.html",
         context! {
             csrf => session.csrf_token, nav => "events", ran => serde(&ran), more => plan.more,
             back => filters.query(&[]), limit => BULK,
         },
-    )
+    )?)
 }

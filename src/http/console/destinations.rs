@@ -85,13 +85,13 @@ pub async fn replay_dead_dry_run(
     let dead = jobs::replay_dead(&state.pool, &name, None, None, REPLAY_DEAD + 1, true).await?;
     let more = dead.len() > REPLAY_DEAD as usize;
     let count = dead.len().min(REPLAY_DEAD as usize);
-    render(
+    Ok(render(
         "replay_dead.html",
         context! {
             csrf => session.csrf_token, nav => "overview", destination => name, count, more,
             jobs => serde(&dead[..count.min(LISTED)]), limit => REPLAY_DEAD,
         },
-    )
+    )?)
 }
 
 /// `POST /console/destinations/{name}/replay-dead` (the confirmation):
@@ -107,11 +107,11 @@ pub async fn replay_dead(
         state.forwarding.wake(&name);
     }
     audit::record_jobs(&state.pool, &session.actor(), "replay dead", &replayed).await?;
-    render(
+    Ok(render(
         "replay_dead.html",
         context! {
             csrf => session.csrf_token, nav => "overview", destination => name, count => replayed.len(),
             replayed => true, jobs => serde(&replayed[..replayed.len().min(LISTED)]), limit => REPLAY_DEAD,
         },
-    )
+    )?)
 }

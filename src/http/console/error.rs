@@ -27,6 +27,14 @@ pub enum ConsoleError {
     Api(#[from] ApiError),
 }
 
+impl From<minijinja::Error> for ConsoleError {
+    /// A template that failed to render: logged, answered 500.
+    fn from(error: minijinja::Error) -> Self {
+        tracing::error!(%error, "console template failed");
+        ConsoleError::Api(ApiError::Internal)
+    }
+}
+
 impl From<sqlx::Error> for ConsoleError {
     fn from(error: sqlx::Error) -> Self {
         ConsoleError::Api(error.into())

@@ -13,7 +13,8 @@ use super::error::ConsoleError;
 use super::session::Session;
 use super::templates::{render, serde};
 use crate::http::{AppState, UnknownFields};
-use crate::operations::page::{self, Cursor, Received};
+use crate::operations::page::{self, Cursor};
+use crate::operations::query::Received;
 use crate::operations::{EventFilter, audit, destinations, display, jobs, overview, query, side_effects};
 use crate::reconcile;
 
@@ -127,14 +128,14 @@ pub async fn overview(
             context! { label => strip.label, class => strip.class, peak => strip.peak, total => strip.total, svg }
         })
         .collect();
-    render(
+    Ok(render(
         "overview.html",
         context! {
             csrf => session.csrf_token, nav => "overview", overview => serde(&overview),
             providers => serde(&providers), strips, destinations => serde(&destinations),
             destination_actions => serde(&destination_actions), reconciliation => serde(&reconciliation),
         },
-    )
+    )?)
 }
 
 /// `GET /console/events?status=&provider=&type=&since=&until=&event_id=&cursor=`.
@@ -154,14 +155,14 @@ pub async fn events(
     // the filter asks for another status.
     let bulk = matches!(filters.filter.status, None | Some(crate::operations::Status::Failed))
         .then(|| filters.query(&[]));
-    render(
+    Ok(render(
         "events.html",
         context! {
             csrf => session.csrf_token, nav => "events", events => serde(&page.events), next,
             filtered => !filters.pairs.is_empty(), bulk, form => filters.form(),
             providers => provider_names(&state),
         },
-    )
+    )?)
 }
 
 /// `GET /console/events/{id}`: every delivery of the row's event, its
@@ -189,7 +190,7 @@ pub async fn event(
     // line breaks as escapes (templates.rs): the same escaping, once.
     let payload = Value::from_safe_string(HtmlEscape(shown_part).to_string());
     let effects_empty = effects.is_empty();
-    render(
+    Ok(render(
         "event.html",
         context! {
             csrf => session.csrf_token, nav => "events", event => serde(&shown.event),
@@ -197,7 +198,7 @@ pub async fn event(
             effects => serde(&effects), effects_empty, actions => serde(&actions),
             jobs => serde(&forwarding), attempts_shown => ATTEMPTS_SHOWN,
         },
-    )
+    )?)
 }
 
 /// `GET /console/events/{id}/payload.json`: the stored payload, whole.

@@ -19,7 +19,6 @@ use minijinja::value::Serde;
 use minijinja::{Environment, Value, context, escape_formatter};
 use serde::Serialize;
 
-use super::error::ConsoleError;
 use crate::operations::display;
 
 /// The templates, by name.
@@ -60,15 +59,11 @@ pub fn serde<T: Serialize + ?Sized>(value: &T) -> Value {
     Value::from(Serde(value))
 }
 
-/// Renders template `name` with `context`.
-pub fn render(name: &str, context: Value) -> Result<Html<String>, ConsoleError> {
-    let template = ENVIRONMENT.get_template(name).map_err(internal)?;
-    template.render(context).map(Html).map_err(internal)
-}
-
-fn internal(error: minijinja::Error) -> ConsoleError {
-    tracing::error!(%error, "console template failed");
-    ConsoleError::Api(crate::http::ApiError::Internal)
+/// Renders template `name` with `context`. A failure is a bug (a template
+/// that names a value its page does not give it): a page answers it 500
+/// (`ConsoleError`'s `From`).
+pub fn render(name: &str, context: Value) -> Result<Html<String>, minijinja::Error> {
+    ENVIRONMENT.get_template(name)?.render(context).map(Html)
 }
 
 /// The sign-in form, with an error line when the last try failed.
