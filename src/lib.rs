@@ -13,7 +13,7 @@
 pub mod cli;
 /// Outbound HTTP: the one client setup for every request the service makes.
 pub mod client;
-/// Flags and environment variables, parsed and checked.
+/// Flags and environment variables, parsed into plain values; names no other module.
 pub mod config;
 /// Migrations, the pool, and the embedded PostgreSQL.
 pub mod db;

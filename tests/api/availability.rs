@@ -135,7 +135,7 @@ async fn health_and_readiness_answer_when_the_database_does() {
 }
 
 #[tokio::test]
-async fn a_handler_that_waits_past_lock_timeout_answers_503_and_archives_no_failure() {
+async fn an_effect_that_waits_past_lock_timeout_answers_503_and_archives_no_failure() {
     let app =
         TestApp::spawn_with(TestConfig { lock_timeout: Duration::from_millis(200), ..TestConfig::default() })
             .await;
@@ -235,7 +235,7 @@ fn assert_busy(answer: &Answer) {
 }
 
 #[tokio::test]
-async fn a_handler_statement_past_statement_timeout_answers_503_busy_and_archives_no_failure() {
+async fn an_effect_statement_past_statement_timeout_answers_503_busy_and_archives_no_failure() {
     let app = TestApp::spawn_with(TestConfig {
         statement_timeout: Duration::from_millis(300),
         ..TestConfig::default()
@@ -259,10 +259,10 @@ async fn a_handler_statement_past_statement_timeout_answers_503_busy_and_archive
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_chosen_as_a_deadlock_victim_answers_503_busy_and_archives_no_failure() {
+async fn an_effect_chosen_as_a_deadlock_victim_answers_503_busy_and_archives_no_failure() {
     let app = TestApp::spawn().await;
-    // The handler's grant takes advisory locks 1, then 3, then 2; the test
-    // holds 2 and 3, and, once the handler holds 1, asks for 1 itself: a
+    // The effect's grant takes advisory locks 1, then 3, then 2; the test
+    // holds 2 and 3, and, once the effect holds 1, asks for 1 itself: a
     // cycle. The test's session waits an hour before looking for deadlocks,
     // so the delivery's, after its default second, finds it and gives up.
     sqlx::raw_sql(

@@ -132,7 +132,7 @@ async fn clerk_deliveries_under_the_standard_webhooks_header_names_are_accepted(
 }
 
 #[tokio::test]
-async fn events_without_a_handler_are_archived_processed_and_deduplicated() {
+async fn events_without_an_effect_are_archived_processed_and_deduplicated() {
     let app = TestApp::spawn().await;
     let body = json!({ "event_id": "evt_09", "event_type": "customer.created", "data": { "id": "ctm_1" } });
     let first = app.send(&paddle(&body)).await;

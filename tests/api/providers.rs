@@ -1,4 +1,4 @@
-//! Providers without domain handlers ride the same two tables as Paddle and
+//! Providers without domain effects ride the same two tables as Paddle and
 //! Clerk: verified, archived, deduplicated and processed, with no side
 //! effect. Every provider answers on `/webhooks/{name}`, Paddle and Clerk
 //! also on their first routes, with one dedup between the two.
@@ -34,7 +34,7 @@ fn row(
 }
 
 #[tokio::test]
-async fn events_of_providers_without_handlers_are_archived_deduplicated_and_processed() {
+async fn events_of_providers_without_effects_are_archived_deduplicated_and_processed() {
     let app = TestApp::spawn().await;
     let delivery_id = "72d3162e-cc78-11e3-81ab-4c9367dc0958";
     // Each signed with the second configured secret: its position is archived.
@@ -96,7 +96,7 @@ async fn paddle_and_clerk_answer_on_their_webhooks_routes_and_share_dedup_with_t
         assert_eq!(first.body["status"], "processed", "{generic}: {:?}", first.body);
         assert_eq!(app.send(&legacy).await.body["idempotent"], true, "{}", legacy.path);
     }
-    // The handlers ran once, whichever route the event came in on.
+    // The effects ran once, whichever route the event came in on.
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
     assert_eq!(app.count("SELECT count(*) FROM users").await, 1);
     assert_eq!(app.count("SELECT count(*) FROM processed_webhook_events").await, 2);

@@ -40,7 +40,7 @@ async fn deliveries_whose_client_vanished_still_commit_or_roll_back_whole_and_th
     let db = TestDatabase::create().await;
     let service = Service::start(&database_url(&db.connect_options()), &[("LOCK_TIMEOUT_MS", "30000")]).await;
     let events = Event::mixed("gone", 8).into_iter().step_by(2).collect::<Vec<_>>();
-    // The last two events' handlers fail after their first write, at the
+    // The last two events' effects fail after their first write, at the
     // ledger, once the gate opens (the refusal trigger runs after the gate's).
     let refused: Vec<&str> = events[2..].iter().map(|e| e.id.as_str()).collect();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -53,7 +53,7 @@ async fn deliveries_whose_client_vanished_still_commit_or_roll_back_whole_and_th
     .await
     .unwrap();
 
-    // Every delivery's transaction is inside its handler when its client leaves.
+    // Every delivery's transaction is inside its effect when its client leaves.
     let gate = Gate::shut(db.pool(), "credit_grants", 3).await;
     let leaves = [Leave::Close, Leave::Reset, Leave::Close, Leave::Reset];
     for (n, (event, leave)) in events.iter().zip(leaves).enumerate() {

@@ -16,7 +16,7 @@ use crate::support::watch::{
 use crate::support::*;
 
 /// The gate of first deliveries of events with side effects, held inside the
-/// handler's transaction (its record statement done, its effects to come).
+/// effect's transaction (its record statement done, its effects to come).
 const IN_TRANSACTION: i64 = 1;
 /// The gate of first deliveries of events without side effects, held inside
 /// their one autocommitted statement, which commits once it passes even if

@@ -95,7 +95,7 @@ async fn a_full_run_at_debug_level_logs_no_secret_and_no_payload_value() {
         let answer = attempt(addr, delivery).await.answer.unwrap();
         assert_eq!(answer.status, *status, "{answer:?}");
     }
-    // The failing handler's error quotes the payload: it is kept in the archive, for the operator.
+    // The failing effect's error quotes the payload: it is kept in the archive, for the operator.
     let error: String =
         sqlx::query_scalar("SELECT error_message FROM webhook_events WHERE processing_status = 'FAILED'")
             .fetch_one(db.pool())

@@ -27,4 +27,4 @@ mod replicas;
 mod session_timeouts;
 mod shutdown;
 mod slow_clients;
-mod slow_handler;
+mod slow_effect;

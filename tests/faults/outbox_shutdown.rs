@@ -108,7 +108,7 @@ async fn at_sigterm_the_outbox_worker_claims_nothing_new_while_the_deliveries_in
     let env = env(&smtp_url, "60");
     let mut service = Service::start(&url, &env).await;
 
-    // A user.created held in its handler: its email is enqueued when the
+    // A user.created held in its effect: its email is enqueued when the
     // gate opens, after the signal.
     let gate = Gate::shut(db.pool(), "users", 3).await;
     let held = spawn_attempt(service.addr, &clerk("msg_held", &user_created("user_held")));

@@ -1,4 +1,4 @@
-//! A handler that panics: its delivery is answered 500 and archived FAILED,
+//! An effect that panics: its delivery is answered 500 and archived FAILED,
 //! its partial writes are rolled back, and the process keeps serving.
 //!
 //! The service has no effect that panics, so this one runs the app
@@ -45,7 +45,7 @@ impl Effect for PanicsSometimes {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_handler_answers_500_is_archived_failed_and_the_process_keeps_serving() {
+async fn a_panicking_effect_answers_500_is_archived_failed_and_the_process_keeps_serving() {
     let db = TestDatabase::create().await;
     let options = webhook_inbox::db::session_options(db.connect_options(), Default::default());
     let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await.unwrap();

@@ -28,7 +28,7 @@ async fn sigterm_answers_the_deliveries_in_flight_refuses_new_connections_and_ex
         Service::start(&database_url(&db.connect_options()), &[("LOCK_TIMEOUT_MS", "30000")]).await;
     let event = Event::mixed("term", 1).remove(0);
 
-    // In flight: the first delivery inside its handler (held at the gate),
+    // In flight: the first delivery inside its effect (held at the gate),
     // and a duplicate waiting behind its dedup row.
     let gate = Gate::shut(db.pool(), "credit_grants", 1).await;
     let first = spawn_attempt(service.addr, &event.delivery);

@@ -236,7 +236,7 @@ impl TestApp {
         .await
     }
 
-    /// Makes every insert into `table` fail (a handler error an operator can
+    /// Makes every insert into `table` fail (an effect error an operator can
     /// fix), until [`allow_inserts_into`](Self::allow_inserts_into).
     pub async fn refuse_inserts_into(&self, table: &str) {
         let sql = format!(

@@ -20,15 +20,15 @@ const MAX_ATTEMPTS: usize = 200;
 pub struct Event {
     pub id: String,
     pub delivery: Delivery,
-    /// `subscription.created`: runs a handler in a transaction and grants
-    /// credits. Otherwise an event type without a handler: one
+    /// `subscription.created`: runs an effect in a transaction and grants
+    /// credits. Otherwise an event type without an effect: one
     /// autocommitted statement.
     pub grants: bool,
 }
 
 impl Event {
     /// `count` events named after `run`, alternating between the two ways
-    /// the inbox records an event (a handler's transaction, one statement).
+    /// the inbox records an event (an effect's transaction, one statement).
     pub fn mixed(run: &str, count: usize) -> Vec<Event> {
         (0..count)
             .map(|n| {

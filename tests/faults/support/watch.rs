@@ -95,7 +95,7 @@ pub async fn until_no_service_session(pool: &PgPool) {
 
 /// A gate the test holds shut: a trigger on `table` makes every insert wait
 /// for advisory lock `key`, which the test holds on its own connection, so a
-/// delivery's transaction stays inside its handler until the test opens it.
+/// delivery's transaction stays inside its effect until the test opens it.
 /// The insert waits before its row is written (so a trigger that refuses the
 /// row runs once the gate opens).
 pub async fn install_gate(pool: &PgPool, table: &str, key: i64) {

@@ -20,7 +20,7 @@ async fn duplicates_waiting_behind_a_slow_first_attempt_answer_503_past_the_lock
         Service::start(&database_url(&db.connect_options()), &[("LOCK_TIMEOUT_MS", LOCK_TIMEOUT_MS)]).await;
     let event = Event::mixed("slow", 1).remove(0);
 
-    // The first attempt stays in its handler until the gate opens.
+    // The first attempt stays in its effect until the gate opens.
     let gate = Gate::shut(db.pool(), "credit_grants", 4).await;
     let first = spawn_attempt(service.addr, &event.delivery);
     until_waiting_on(db.pool(), "advisory", 1).await;

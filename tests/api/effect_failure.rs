@@ -1,4 +1,4 @@
-//! A failing handler leaves nothing but a FAILED archive row, answers 500 so
+//! A failing effect leaves nothing but a FAILED archive row, answers 500 so
 //! the provider retries, and the next delivery of the event applies it.
 
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::support::app::send;
 use crate::support::*;
 
 #[tokio::test]
-async fn a_failing_handler_is_archived_failed_and_the_corrected_redelivery_applies_once() {
+async fn a_failing_effect_is_archived_failed_and_the_corrected_redelivery_applies_once() {
     let app = TestApp::spawn().await;
     let mut broken = subscription_created("evt_01", "sub_01");
     broken["data"].as_object_mut().unwrap().remove("id");
@@ -46,9 +46,9 @@ async fn a_failing_handler_is_archived_failed_and_the_corrected_redelivery_appli
 }
 
 #[tokio::test]
-async fn a_handler_failing_after_a_partial_write_leaves_no_partial_effect() {
+async fn an_effect_failing_after_a_partial_write_leaves_no_partial_effect() {
     let app = TestApp::spawn().await;
-    // Make the second statement of the handler (the grant) fail after the
+    // Make the second statement of the effect (the grant) fail after the
     // first (the subscription upsert) succeeded.
     sqlx::raw_sql(
         "CREATE FUNCTION refuse_grants() RETURNS trigger LANGUAGE plpgsql AS
@@ -122,7 +122,7 @@ impl Effect for SwallowsErrors {
 }
 
 #[tokio::test]
-async fn a_handler_that_swallows_a_failed_statement_is_archived_failed_never_answered_processed() {
+async fn an_effect_that_swallows_a_failed_statement_is_archived_failed_never_answered_processed() {
     let db = TestDatabase::create().await;
     let providers =
         Registry::default().with(paddle::SPEC.verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
