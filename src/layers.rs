@@ -7,38 +7,64 @@
 //! from it (the entry point, `cli`, does that).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `src/`, by its path from there, with its text.
+fn sources(src: &Path) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    let mut pending = vec![src.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        if path.is_dir() {
+            pending.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            files.push((path.strip_prefix(src).unwrap().to_path_buf(), text));
+        }
+    }
+    files
+}
+
+/// The names `text` gives after each `prefix` (`crate::`, `super::`), but
+/// `own`.
+fn named_after(text: &str, prefix: &str, own: &str) -> BTreeSet<String> {
+    text.match_indices(prefix)
+        .map(|(at, _)| {
+            text[at + prefix.len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
+        })
+        .filter(|name: &String| !name.is_empty() && name != own)
+        .collect()
+}
 
 /// Every top-level module (a file or folder under `src/`) and the other
 /// top-level modules its files name as `crate::<module>`.
 fn dependencies(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut pending = vec![src.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        if path.is_dir() {
-            pending.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
-            continue;
-        }
-        if path.extension().is_none_or(|extension| extension != "rs") {
-            continue;
-        }
-        let relative = path.strip_prefix(src).unwrap();
-        let first = relative.components().next().unwrap().as_os_str().to_str().unwrap();
+    for (path, text) in sources(src) {
+        let first = path.components().next().unwrap().as_os_str().to_str().unwrap();
         let module = first.trim_end_matches(".rs").to_string();
         if module == "lib" || module == "main" {
             continue;
         }
-        let text = std::fs::read_to_string(&path).unwrap();
-        let named = graph.entry(module.clone()).or_default();
-        for (at, _) in text.match_indices("crate::") {
-            let rest = &text[at + "crate::".len()..];
-            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            if !name.is_empty() && name != module {
-                named.insert(name);
-            }
-        }
+        let named = named_after(&text, "crate::", &module);
+        graph.entry(module).or_default().extend(named);
     }
     graph
+}
+
+/// For every folder under `src/`, its files (but `mod.rs`, which names them
+/// all) and the sibling files each names as `super::<file>`.
+fn sibling_dependencies(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut folders: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (path, text) in sources(src) {
+        let module = path.file_stem().unwrap().to_str().unwrap().to_string();
+        if ["mod", "lib", "main"].contains(&module.as_str()) {
+            continue;
+        }
+        let folder = path.parent().unwrap().display().to_string();
+        let named = named_after(&text, "super::", &module);
+        folders.entry(folder).or_default().entry(module).or_default().extend(named);
+    }
+    folders
 }
 
 /// A circle through `graph`, as the modules along it, if there is one.
@@ -76,40 +102,6 @@ fn no_module_depends_on_itself_through_others() {
     let graph = dependencies(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     assert!(graph.len() > 10 && graph["cli"].contains("inbox"), "the scan found the modules: {graph:?}");
     assert_eq!(circle(&graph), None, "an import circle");
-}
-
-/// For every folder under `src/`, its files (but `mod.rs`, which names them
-/// all) and the sibling files each names as `super::<file>`.
-fn sibling_dependencies(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
-    let mut folders = BTreeMap::new();
-    let mut pending = vec![src.to_path_buf()];
-    while let Some(folder) = pending.pop() {
-        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for entry in std::fs::read_dir(&folder).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            let Some(module) = path.file_name().unwrap().to_str().unwrap().strip_suffix(".rs") else {
-                continue;
-            };
-            if ["mod", "lib", "main"].contains(&module) {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let named = graph.entry(module.to_string()).or_default();
-            for (at, _) in text.match_indices("super::") {
-                let rest = &text[at + "super::".len()..];
-                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                if !name.is_empty() && name != module {
-                    named.insert(name);
-                }
-            }
-        }
-        folders.insert(folder.strip_prefix(src).unwrap().display().to_string(), graph);
-    }
-    folders
 }
 
 #[test]
