@@ -1,7 +1,8 @@
-//! The engine in the background: for each queue, sends kept in flight up to
-//! its capacity, each outcome recorded as soon as it is known, and a claim
+//! The engine's loop: for each queue, sends kept in flight up to its
+//! capacity, each outcome recorded as soon as it is known, and a claim
 //! whenever there is room and something may be due (after a record, when
-//! woken, or every poll interval).
+//! woken, or every poll interval). `serve` runs it in the background until
+//! shutdown; tests run the same loop at a time they choose, until idle.
 //!
 //! Why continuous rather than rounds: a send that hangs until its timeout
 //! (a receiver that stopped answering) must not hold up the other rows of

@@ -20,8 +20,8 @@ async fn the_welcome_email_is_sent_once_with_a_message_id_derived_from_its_outbo
     let worker = worker(app.pool(), &smtp);
     create_user(&app, "user_01").await;
 
-    let round = worker.run_until_idle(Utc::now()).await.unwrap();
-    assert_eq!(round, Tally { claimed: 1, sent: 1, ..Tally::default() });
+    let tally = worker.run_until_idle(Utc::now()).await.unwrap();
+    assert_eq!(tally, Tally { claimed: 1, sent: 1, ..Tally::default() });
     assert_eq!(worker.run_until_idle(Utc::now() + Duration::days(1)).await.unwrap(), Tally::default());
 
     let messages = smtp.messages();
@@ -66,8 +66,8 @@ async fn while_smtp_is_down_emails_stay_pending_with_the_error_and_once_it_is_ba
     let now = Utc::now();
 
     smtp.refuse(true);
-    let round = worker.run_until_idle(now).await.unwrap();
-    assert_eq!(round, Tally { claimed: 3, retrying: 3, ..Tally::default() });
+    let tally = worker.run_until_idle(now).await.unwrap();
+    assert_eq!(tally, Tally { claimed: 3, retrying: 3, ..Tally::default() });
     for (status, attempts, error) in outbox_rows(&app).await {
         assert_eq!((status.as_str(), attempts), ("pending", 1));
         assert!(error.as_deref().unwrap_or("").contains("421"), "{error:?}");
@@ -77,8 +77,8 @@ async fn while_smtp_is_down_emails_stay_pending_with_the_error_and_once_it_is_ba
 
     // The delay counts from the end of the failed attempt, a moment after `now`.
     smtp.refuse(false);
-    let round = worker.run_until_idle(now + Duration::seconds(61)).await.unwrap();
-    assert_eq!(round, Tally { claimed: 3, sent: 3, ..Tally::default() });
+    let tally = worker.run_until_idle(now + Duration::seconds(61)).await.unwrap();
+    assert_eq!(tally, Tally { claimed: 3, sent: 3, ..Tally::default() });
     assert_eq!(worker.run_until_idle(now + Duration::days(1)).await.unwrap(), Tally::default());
 
     let recipients: Vec<_> = smtp.messages().into_iter().map(|m| m.to.concat()).collect();
@@ -172,8 +172,8 @@ async fn a_claim_left_by_a_worker_that_died_is_taken_again_once_its_lease_expire
     let now = Utc::now();
 
     assert_eq!(worker.run_until_idle(now).await.unwrap(), Tally::default());
-    let round = worker.run_until_idle(now + Duration::seconds(61)).await.unwrap();
-    assert_eq!(round, Tally { claimed: 1, sent: 1, ..Tally::default() });
+    let tally = worker.run_until_idle(now + Duration::seconds(61)).await.unwrap();
+    assert_eq!(tally, Tally { claimed: 1, sent: 1, ..Tally::default() });
     assert_eq!(outbox_rows(&app).await, [("sent".into(), 2, None)]);
 }
 
@@ -228,7 +228,7 @@ async fn the_spawned_worker_sends_what_deliveries_enqueue_and_stops_when_asked()
     create_user(&app, "user_02").await;
     let messages = smtp.until_received(2).await;
     assert_eq!(messages.len(), 2);
-    // Asked to stop, the worker ends by itself, between rounds; a worker
+    // Asked to stop, the worker ends by itself, between sends; a worker
     // that ignored the request would be aborted at the deadline instead.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     assert!(running.stop(deadline).await, "the worker ended by itself");
@@ -247,7 +247,7 @@ async fn a_worker_skips_the_rows_another_replica_is_claiming_instead_of_waiting_
         .await
         .unwrap();
 
-    let round = tokio::time::timeout(
+    let tally = tokio::time::timeout(
         std::time::Duration::from_secs(5),
         worker(&app.state.pool, &smtp).run_until_idle(Utc::now()),
     )
@@ -255,7 +255,7 @@ async fn a_worker_skips_the_rows_another_replica_is_claiming_instead_of_waiting_
     .expect("the worker did not wait for the locked row")
     .unwrap();
 
-    assert_eq!(round, Tally { claimed: 1, sent: 1, ..Tally::default() });
+    assert_eq!(tally, Tally { claimed: 1, sent: 1, ..Tally::default() });
     assert_eq!(smtp.messages()[0].to, ["<user_02@example.com>"]);
     other.rollback().await.unwrap();
 }

@@ -36,7 +36,7 @@ async fn sends_are_recorded_even_when_the_pool_has_no_connection_left_after_them
         .unwrap();
 
     smtp.stall(true);
-    let round = tokio::spawn({
+    let tally = tokio::spawn({
         let worker = worker(&pool, &smtp);
         async move { worker.run_until_idle(Utc::now()).await }
     });
@@ -47,10 +47,10 @@ async fn sends_are_recorded_even_when_the_pool_has_no_connection_left_after_them
         taken.push(conn);
     }
     smtp.stall(false);
-    let round = round.await.unwrap().unwrap();
+    let tally = tally.await.unwrap().unwrap();
     drop(taken);
 
-    assert_eq!(round, Tally { claimed: 2, sent: 2, ..Tally::default() });
+    assert_eq!(tally, Tally { claimed: 2, sent: 2, ..Tally::default() });
     assert_each_sent_once(&app, &smtp, 2).await;
 }
 
@@ -76,15 +76,15 @@ async fn a_mark_that_fails_for_a_while_is_retried_and_the_email_is_sent_once() {
     .await
     .unwrap();
 
-    let round = tokio::spawn({
+    let tally = tokio::spawn({
         let worker = worker(app.pool(), &smtp);
         async move { worker.run_until_idle(Utc::now()).await }
     });
     until_refused(&app, 2).await;
     sqlx::query("DROP TRIGGER refuse_marks ON outbox").execute(app.pool()).await.unwrap();
-    let round = round.await.unwrap().unwrap();
+    let tally = tally.await.unwrap().unwrap();
 
-    assert_eq!(round, Tally { claimed: 1, sent: 1, ..Tally::default() });
+    assert_eq!(tally, Tally { claimed: 1, sent: 1, ..Tally::default() });
     assert_each_sent_once(&app, &smtp, 1).await;
 }
 
