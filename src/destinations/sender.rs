@@ -78,7 +78,7 @@ impl Attempt {
     }
 }
 
-impl crate::queue::Attempt for Attempt {
+impl crate::queue::SendResult for Attempt {
     fn failure(&self) -> Option<SendFailure<'_>> {
         let error = self.error.as_deref()?;
         Some(SendFailure { error, retry_after: self.retry_after })

@@ -7,7 +7,7 @@ use tracing::instrument;
 use uuid::Uuid;
 
 use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
-use crate::queue::{Attempt, ClaimedRow, Done};
+use crate::queue::{ClaimedRow, Done, SendResult};
 
 /// An outbox row the email queue claimed, with what the email needs from `users`.
 #[derive(Debug, sqlx::FromRow)]
@@ -86,7 +86,7 @@ pub async fn claim(
 #[derive(Debug)]
 pub struct Sent(pub Result<(), String>);
 
-impl Attempt for Sent {
+impl SendResult for Sent {
     fn failure(&self) -> Option<crate::queue::SendFailure<'_>> {
         let error = self.0.as_ref().err()?;
         Some(crate::queue::SendFailure { error, retry_after: None })

@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{Layout, ProviderSpec, Signature, TopLevel, standard_webhooks};
+use super::{EventLayout, ProviderSpec, Signature, TopLevel, standard_webhooks};
 use crate::event::{self, Event, EventError};
 
 /// The provider name stored with each Clerk event.
@@ -31,7 +31,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 #[derive(Debug)]
 pub struct ClerkFormat;
 
-impl Layout for ClerkFormat {
+impl EventLayout for ClerkFormat {
     type Envelope<'a> = Envelope<'a>;
 }
 

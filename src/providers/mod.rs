@@ -8,7 +8,7 @@
 //! format by its name, so reprocessing needs no secret and fakes no request.
 //!
 //! Adding a provider: its module, which describes it (a [`ProviderSpec`]:
-//! its name, routes, signature scheme, and the [`Layout`] of its events),
+//! its name, routes, signature scheme, and the [`EventLayout`] of its events),
 //! its `pub mod` line and its spec in [`BUILT_IN`]. Its route
 //! `/webhooks/{name}`, its secret flag and variable, its verifier and its
 //! place in the registry follow from the spec. Senders that follow the
@@ -149,12 +149,12 @@ pub trait EventFormat: Send + Sync + std::fmt::Debug {
 /// How a provider lays out its events in a JSON body: the type of its
 /// top-level fields (its `Envelope`), which says where the id, type, time
 /// and data are. Every layout is an [`EventFormat`].
-pub trait Layout: Send + Sync + std::fmt::Debug + 'static {
+pub trait EventLayout: Send + Sync + std::fmt::Debug + 'static {
     /// The body's top level, as the provider documents it.
     type Envelope<'a>: TopLevel<'a>;
 }
 
-impl<L: Layout> EventFormat for L {
+impl<L: EventLayout> EventFormat for L {
     fn read_request(&self, headers: &HeaderMap, payload: &Payload) -> Result<Event, EventError> {
         let mut envelope = L::Envelope::read(payload)?;
         let event = envelope.identify(headers)?;

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::hmac_header::{self, Signed, Timestamped};
-use super::{Layout, ProviderSpec, Signature, TopLevel};
+use super::{EventLayout, ProviderSpec, Signature, TopLevel};
 use crate::event::{self, Event, EventError};
 
 /// The provider name stored with each Paddle event.
@@ -42,7 +42,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 #[derive(Debug)]
 pub struct PaddleFormat;
 
-impl Layout for PaddleFormat {
+impl EventLayout for PaddleFormat {
     type Envelope<'a> = Envelope<'a>;
 }
 

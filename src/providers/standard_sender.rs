@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use super::standard_webhooks::{self, StandardWebhooksVerifier};
-use super::{InvalidSecret, Layout, Provider, TopLevel, Verified};
+use super::{EventLayout, InvalidSecret, Provider, TopLevel, Verified};
 use crate::event::{self, Event, EventError};
 
 /// The event type recorded when the body has no `type` string.
@@ -62,7 +62,7 @@ impl Provider for StandardWebhooksSender {
 #[derive(Debug)]
 pub struct StandardFormat;
 
-impl Layout for StandardFormat {
+impl EventLayout for StandardFormat {
     type Envelope<'a> = Envelope<'a>;
 }
 

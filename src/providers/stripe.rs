@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::hmac_header::{self, Signed, Timestamped};
-use super::{Layout, ProviderSpec, Signature, TopLevel};
+use super::{EventLayout, ProviderSpec, Signature, TopLevel};
 use crate::event::{self, Event, EventError};
 
 /// The provider name stored with each Stripe event.
@@ -44,7 +44,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 #[derive(Debug)]
 pub struct StripeFormat;
 
-impl Layout for StripeFormat {
+impl EventLayout for StripeFormat {
     type Envelope<'a> = Envelope<'a>;
 }
 

@@ -37,7 +37,7 @@ pub trait Queue: Send + Sync + 'static {
     /// A claimed row of this queue, with what sending it needs.
     type Row: ClaimedRow;
     /// What one send did.
-    type Attempt: Attempt;
+    type Attempt: SendResult;
 
     /// What the logs call it: `outbox`, `destination <name>`.
     fn name(&self) -> &str;
@@ -101,8 +101,8 @@ pub trait ClaimedRow: Send + Sync + 'static {
     fn attempt(&self) -> u32;
 }
 
-/// What every send reports.
-pub trait Attempt: Send + Sync + 'static {
+/// What one send of a queue reports to the engine: whether it failed, and why.
+pub trait SendResult: Send + Sync + 'static {
     /// `None` when the row was sent, else why not.
     fn failure(&self) -> Option<SendFailure<'_>>;
 }
@@ -181,7 +181,7 @@ impl Verdict {
     }
 
     /// Decides the verdict on `attempt` of `row`, made at `now`.
-    pub fn of<R: ClaimedRow, A: Attempt>(
+    pub fn of<R: ClaimedRow, A: SendResult>(
         schedule: &Schedule,
         row: &R,
         attempt: &A,
@@ -215,7 +215,7 @@ pub struct Done<R, A> {
     pub duration: Duration,
 }
 
-impl<R: ClaimedRow, A: Attempt> Done<R, A> {
+impl<R: ClaimedRow, A: SendResult> Done<R, A> {
     /// The error for `last_error`, if the send failed.
     pub fn error(&self) -> Option<&str> {
         self.attempt.failure().map(|failure| failure.error)

@@ -71,11 +71,14 @@ pub(crate) use {queue_due, queue_lease, queue_record};
 
 use crate::db::statement::PgQuery;
 
-use super::{Attempt, ClaimedRow, Done, Verdict};
+use super::{ClaimedRow, Done, SendResult, Verdict};
 
 /// Binds `$1` to `$5` of [`queue_record!`] for `done`: the rows' ids, claim
 /// tokens, new statuses, errors and retry times.
-pub fn bind_record<'q, J: ClaimedRow, A: Attempt>(query: PgQuery<'q>, done: &'q [Done<J, A>]) -> PgQuery<'q> {
+pub fn bind_record<'q, J: ClaimedRow, A: SendResult>(
+    query: PgQuery<'q>,
+    done: &'q [Done<J, A>],
+) -> PgQuery<'q> {
     query
         .bind(done.iter().map(|d| d.row.id()).collect::<Vec<_>>())
         .bind(done.iter().map(|d| d.row.claim_token()).collect::<Vec<_>>())

@@ -63,7 +63,7 @@ impl HookScope {
 
 /// One attempt at delivering an event, as GitHub lists it.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Attempt {
+pub struct DeliveryAttempt {
     /// The attempt's id: what a redelivery request names.
     pub id: u64,
     /// The delivery's `X-GitHub-Delivery`: the event id in the dedup table.
@@ -76,7 +76,7 @@ pub struct Attempt {
 #[derive(Debug)]
 pub struct AttemptsPage {
     /// The attempts.
-    pub attempts: Vec<Attempt>,
+    pub attempts: Vec<DeliveryAttempt>,
     /// The next page's URL, from the `Link` header.
     pub next: Option<String>,
 }

@@ -30,7 +30,7 @@ mod stripe;
 pub use client::{ApiClient, ProviderApiError, UnexpectedAnswer};
 pub use configure::{Log, LogError, PROVIDERS};
 pub use gap::{Gap, gap};
-pub use github::{Attempt, AttemptsPage, GitHubHook, HookScope};
+pub use github::{AttemptsPage, DeliveryAttempt, GitHubHook, HookScope};
 pub use log::{EventLog, Order, Page, Start};
 pub use paddle::PaddleLog;
 pub use run::{
