@@ -5,11 +5,12 @@
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{EventLayout, ProviderSpec, Signature, TopLevel, standard_webhooks};
-use crate::event::{self, Event, EventError};
+use crate::event::{self, EventError};
 
 /// The provider name stored with each Clerk event.
 pub const NAME: &str = "clerk";
@@ -49,16 +50,18 @@ impl<'a> TopLevel<'a> for Envelope<'a> {
     const FORMAT: &'static str = "Clerk";
 
     /// The id is the signed `svix-id` header, the type in the body.
-    fn identify(&mut self, headers: &HeaderMap) -> Result<Event, EventError> {
+    fn id_and_type<'s>(&'s mut self, headers: &'s HeaderMap) -> [(Option<Cow<'s, str>>, &'static str); 2] {
         let id = standard_webhooks::message_id(headers).map(Cow::Borrowed);
-        Ok(Event::new(event::required(id, "svix-id")?, event::required(self.event_type.take(), "type")?))
+        [(id, "svix-id"), (self.event_type.take(), "type")]
     }
 
-    /// `event` with the envelope's time and data.
-    fn complete(self, event: Event) -> Result<Event, EventError> {
-        let occurred_at =
-            self.timestamp.map(|ms| event::time_from_unix_millis(ms, "timestamp")).transpose()?;
-        Ok(Event { occurred_at, data: event::data(self.data), ..event })
+    /// `timestamp`, in unix milliseconds.
+    fn occurred_at(&self) -> Result<Option<DateTime<Utc>>, EventError> {
+        self.timestamp.map(|ms| event::time_from_unix_millis(ms, "timestamp")).transpose()
+    }
+
+    fn data(&self) -> Option<&RawValue> {
+        self.data
     }
 }
 

@@ -78,7 +78,10 @@ struct Envelope<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{Provider, SignatureError, payload, signature, test_headers, test_verifier};
+    use crate::providers::{
+        Provider, SignatureError, assert_only_the_signed_body_verifies, payload, signature, test_headers,
+        test_verifier,
+    };
     use secrecy::SecretString;
     use std::sync::Arc;
 
@@ -103,29 +106,9 @@ mod tests {
                 continue;
             }
             let signed = test_headers(&[(SIGNATURE_HEADER, header)]);
-            // No timestamp: any `now` verifies.
+            // No timestamp: any `now` verifies; changing any one byte of the body or the secret fails.
             for now in [0, i64::MAX] {
-                let verified = github(&[secret]).verify(&signed, body.as_bytes(), now);
-                assert_eq!(verified.map(|v| v.secret_index), Ok(0), "{}", vector["source"]);
-            }
-
-            // Changing any one byte of the body or the secret fails.
-            for i in 0..body.len() {
-                let mut tampered = body.as_bytes().to_vec();
-                tampered[i] ^= 0x01;
-                assert_eq!(
-                    github(&[secret]).verify(&signed, &tampered, 0).unwrap_err(),
-                    SignatureError::NoMatchingSignature
-                );
-            }
-            for i in 0..secret.len() {
-                let mut wrong = secret.as_bytes().to_vec();
-                wrong[i] ^= 0x01;
-                let wrong = String::from_utf8(wrong).unwrap();
-                assert_eq!(
-                    github(&[&wrong]).verify(&signed, body.as_bytes(), 0).unwrap_err(),
-                    SignatureError::NoMatchingSignature
-                );
+                assert_only_the_signed_body_verifies(&SPEC, secret, &signed, body, now);
             }
         }
     }

@@ -34,7 +34,12 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 use secrecy::SecretString;
 
-use crate::event::{Event, EventError, Payload};
+use std::borrow::Cow;
+
+use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
+
+use crate::event::{self, Event, EventError, Payload};
 pub use config::{ConfigError, ProviderConfig, SecretList, StandardSenders};
 pub use registry::Registry;
 pub use signature::{InvalidSecret, KeyEncoding, KeyError, SignatureError};
@@ -172,12 +177,35 @@ pub trait TopLevel<'a>: serde::Deserialize<'a> {
     /// The format's name in [`EventError::NotAnEvent`].
     const FORMAT: &'static str;
 
-    /// The event's id and type, from the envelope (taken out of it) or from
-    /// the request's signed headers.
-    fn identify(&mut self, headers: &HeaderMap) -> Result<Event, EventError>;
+    /// The event's id and type, each with the field it is read from (for
+    /// the errors): taken out of the envelope, or from the request's signed
+    /// headers. Both are required.
+    fn id_and_type<'s>(&'s mut self, headers: &'s HeaderMap) -> [(Option<Cow<'s, str>>, &'static str); 2];
 
-    /// `event` with what the envelope adds (time, data).
-    fn complete(self, event: Event) -> Result<Event, EventError>;
+    /// When the event happened, if the envelope says.
+    fn occurred_at(&self) -> Result<Option<DateTime<Utc>>, EventError>;
+
+    /// The event's `data`, if any.
+    fn data(&self) -> Option<&RawValue>;
+
+    /// `event` with whatever else the envelope adds: nothing, but for
+    /// Paddle's notification id.
+    fn extra(&mut self, event: Event) -> Result<Event, EventError> {
+        Ok(event)
+    }
+
+    /// The event of a verified request.
+    fn identify(&mut self, headers: &HeaderMap) -> Result<Event, EventError> {
+        let [(id, id_field), (event_type, type_field)] = self.id_and_type(headers);
+        Ok(Event::new(event::required(id, id_field)?, event::required(event_type, type_field)?))
+    }
+
+    /// `event` with what the envelope adds (time, data, the rest).
+    fn complete(mut self, event: Event) -> Result<Event, EventError> {
+        let occurred_at = self.occurred_at()?;
+        let data = event::data(self.data());
+        Ok(Event { occurred_at, data, ..self.extra(event)? })
+    }
 
     /// The envelope of `payload`.
     fn read(payload: &'a Payload) -> Result<Self, EventError> {
@@ -230,4 +258,34 @@ fn test_headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         headers.insert(*name, axum::http::HeaderValue::from_str(value).unwrap());
     }
     headers
+}
+
+/// Asserts that `spec`'s verifier with `secret` accepts `signed` over
+/// `body` at `now`, and refuses it once any one byte of the body, or of the
+/// secret, is changed.
+#[cfg(test)]
+fn assert_only_the_signed_body_verifies(
+    spec: &ProviderSpec,
+    secret: &str,
+    signed: &HeaderMap,
+    body: &str,
+    now: i64,
+) {
+    let verified = test_verifier(spec, &[secret]).verify(signed, body.as_bytes(), now);
+    assert_eq!(verified.map(|v| v.secret_index), Ok(0), "{body}");
+    for i in 0..body.len() {
+        let mut tampered = body.as_bytes().to_vec();
+        tampered[i] ^= 0x01;
+        assert!(
+            test_verifier(spec, &[secret]).verify(signed, &tampered, now).is_err(),
+            "byte {i} of the body"
+        );
+    }
+    for i in 0..secret.len() {
+        let mut wrong = secret.as_bytes().to_vec();
+        wrong[i] ^= 0x01;
+        let wrong = String::from_utf8(wrong).unwrap();
+        let refused = test_verifier(spec, &[&wrong]).verify(signed, body.as_bytes(), now).unwrap_err();
+        assert_eq!(refused, SignatureError::NoMatchingSignature, "byte {i} of the secret");
+    }
 }

@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 use super::signature::SignatureError;
 use super::standard_webhooks::{self, StandardWebhooksVerifier};
 use super::{EventLayout, InvalidSecret, Provider, TopLevel, Verified};
-use crate::event::{self, Event, EventError};
+use crate::event::EventError;
 
 /// The event type recorded when the body has no `type` string.
 pub const UNTYPED: &str = "unknown";
@@ -82,20 +82,20 @@ impl<'a> TopLevel<'a> for Envelope<'a> {
     const FORMAT: &'static str = "Standard Webhooks";
 
     /// The id is the signed header; the type, if the body has none, [`UNTYPED`].
-    fn identify(&mut self, headers: &HeaderMap) -> Result<Event, EventError> {
+    fn id_and_type<'s>(&'s mut self, headers: &'s HeaderMap) -> [(Option<Cow<'s, str>>, &'static str); 2] {
         let event_type = text(self.event_type).filter(|t| !t.is_empty()).unwrap_or(Cow::Borrowed(UNTYPED));
-        Ok(Event::new(
-            event::required(standard_webhooks::message_id(headers).map(Cow::Borrowed), "webhook-id")?,
-            event::required(Some(event_type), "type")?,
-        ))
+        let id = standard_webhooks::message_id(headers).map(Cow::Borrowed);
+        [(id, "webhook-id"), (Some(event_type), "type")]
     }
 
-    /// `event` with the envelope's time, when it is RFC 3339, and data.
-    fn complete(self, event: Event) -> Result<Event, EventError> {
-        let occurred_at = text(self.timestamp)
-            .and_then(|ts| DateTime::parse_from_rfc3339(&ts).ok())
-            .map(|ts| ts.with_timezone(&Utc));
-        Ok(Event { occurred_at, data: event::data(self.data), ..event })
+    /// `timestamp`, when it is RFC 3339; otherwise none.
+    fn occurred_at(&self) -> Result<Option<DateTime<Utc>>, EventError> {
+        let occurred_at = text(self.timestamp).and_then(|ts| DateTime::parse_from_rfc3339(&ts).ok());
+        Ok(occurred_at.map(|ts| ts.with_timezone(&Utc)))
+    }
+
+    fn data(&self) -> Option<&RawValue> {
+        self.data
     }
 }
 
