@@ -654,11 +654,11 @@ pub async fn reconciling_paddle(
     every: Duration,
     stop: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    let log = paddle_config(api).log("paddle", client::build()).unwrap();
+    let log = Log::configure(&paddle_config(api), "paddle", client::build()).unwrap();
     let state = &app.state;
     let running = periodic::spawn(
         state.pool.clone(),
-        state.effects.clone(),
+        state.routing.clone(),
         log,
         every,
         state.metrics.clone(),
