@@ -263,7 +263,7 @@ async fn retention_purges_old_attempts_and_sent_jobs_keeps_dead_ones_as_long_as_
     for n in 1..=4 {
         deliver(&app, &format!("evt_{n}"), "ctm_A", n).await;
     }
-    make_days_back(app.pool(), 100).await;
+    make_days_back(&mut app.pool().acquire().await.unwrap(), 100).await;
     sqlx::raw_sql(
         "UPDATE destination_jobs SET status = 'sent', sent_at = now() - interval '100 days' WHERE event_id = 'evt_1';
          UPDATE destination_jobs SET status = 'dead', created_at = now() - interval '100 days' WHERE event_id = 'evt_2';

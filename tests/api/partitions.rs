@@ -254,7 +254,7 @@ async fn operators_reads_touch_only_the_days_they_show_and_read_them_by_index() 
     // 5000 rows on each of the three days before today and on today so
     // far, 1000 FAILED rows among them.
     for days in 1..=3 {
-        make_days_back(app.pool(), days).await;
+        make_days_back(&mut app.pool().acquire().await.unwrap(), days).await;
     }
     sqlx::query(
         "INSERT INTO webhook_events (provider, event_id, event_type, payload, signature, processing_status, created_at)

@@ -81,10 +81,13 @@ async fn old_rows(app: &TestApp, rows: i64, days: i32) {
 }
 
 /// Inserts `rows` archive rows with `status` archived `days` ago (and,
-/// unless they are FAILED, that day's partition).
+/// unless they are FAILED, that day's partition). In one transaction:
+/// a retention running in the background would otherwise drop the day's
+/// new, empty partition before the rows are in.
 async fn archive_rows(app: &TestApp, rows: i64, days: i32, status: &str) {
+    let mut transaction = app.pool().begin().await.unwrap();
     if status != "FAILED" {
-        make_days_back(app.pool(), days).await;
+        make_days_back(&mut transaction, days).await;
     }
     sqlx::query(
         "INSERT INTO webhook_events (provider, event_id, event_type, payload, signature, processing_status, created_at)
@@ -94,9 +97,10 @@ async fn archive_rows(app: &TestApp, rows: i64, days: i32, status: &str) {
     .bind(rows)
     .bind(days)
     .bind(status)
-    .execute(app.pool())
+    .execute(&mut *transaction)
     .await
     .unwrap();
+    transaction.commit().await.unwrap();
 }
 
 /// FAILED archive rows read so far by scans (sequential, and heap fetches

@@ -265,7 +265,7 @@ impl TestApp {
         .await
         .unwrap();
         if dated {
-            make_days_back(self.pool(), days).await;
+            make_days_back(&mut self.pool().acquire().await.unwrap(), days).await;
         }
         sqlx::query(
             "UPDATE webhook_events SET created_at = now() - make_interval(days => $2) WHERE id = ANY($1)",
@@ -392,15 +392,16 @@ pub async fn status_of(router: &Router, path: &str, cookie: &str) -> StatusCode 
 
 /// Makes the day partitions (of the archive and of the attempts) of the
 /// day `days` ago, which a test's rows dated then need: only the days
-/// around today are made ahead.
-pub async fn make_days_back(pool: &PgPool, days: i32) {
+/// around today are made ahead. On `connection`, so that a test racing
+/// the retention can make them and fill them in one transaction.
+pub async fn make_days_back(connection: &mut sqlx::PgConnection, days: i32) {
     let day: chrono::NaiveDate =
         sqlx::query_scalar("SELECT ((now() - make_interval(days => $1)) AT TIME ZONE 'UTC')::date")
             .bind(days)
-            .fetch_one(pool)
+            .fetch_one(&mut *connection)
             .await
             .unwrap();
     for table in webhook_inbox::db::partitions::ALL {
-        table.create(pool, day, day).await.unwrap();
+        table.create(&mut *connection, day, day).await.unwrap();
     }
 }
