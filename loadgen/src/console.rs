@@ -128,6 +128,15 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         ("events, one event id", format!("/console/events?event_id={event_id}")),
         ("events, until 30d", "/console/events?until=30d".into()),
         ("events, since 7d until 6d", "/console/events?since=7d&until=6d".into()),
+        // A customer's ~50 events, spread over every day: the payload search.
+        (
+            "events, where data.customer_id, since 1d",
+            "/console/events?where=data.customer_id%3Dctm_4242&since=1d".into(),
+        ),
+        (
+            "events, where data.customer_id, every day",
+            "/console/events?where=data.customer_id%3Dctm_4242".into(),
+        ),
         ("one event (FAILED)", format!("/console/events/{failed_id}")),
         ("one event with 2 dead forwarding jobs", format!("/console/events/{forwarded_id}")),
         ("replay dead jobs dry run, billing-app", "/console/destinations/billing-app/replay-dead".into()),
@@ -177,7 +186,8 @@ fn fill(conninfo: &str, rows: u64, days: u64) -> anyhow::Result<()> {
                                          error_message, secret_index, created_at, processed_at)
              SELECT provider, 'evt_' || g, event_type,
                     jsonb_build_object('event_id', 'evt_' || g, 'event_type', event_type,
-                                       'data', jsonb_build_object('id', 'sub_' || (g % 50000), 'note', repeat('x', 300))),
+                                       'data', jsonb_build_object('id', 'sub_' || (g % 50000), 'customer_id', 'ctm_' || (g % 20000),
+                                                          'note', repeat('x', 300))),
                     'ts=1;h1=' || md5(g::text), status,
                     CASE WHEN status = 'FAILED' THEN 'handler failed: missing data.customer_id' END, 0,
                     now() - make_interval(secs => ({rows} - g) * {days} * 86400.0 / {rows}),

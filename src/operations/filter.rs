@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer};
 use sqlx::{Postgres, QueryBuilder};
 
 use super::age::Since;
+use super::payload_match::PayloadMatch;
 use crate::names::one_of;
 use crate::providers;
 
@@ -84,6 +85,11 @@ pub struct EventFilter {
     #[arg(long)]
     #[serde(default, deserialize_with = "parsed")]
     pub event_id: Option<FilterValue>,
+
+    /// Only events whose payload has VALUE at PATH (keys separated by dots), e.g. data.customer_id=ctm_01; repeat for several, all must hold.
+    #[arg(long = "where", value_name = "PATH=VALUE")]
+    #[serde(default, rename = "where", deserialize_with = "each_parsed")]
+    pub payload: Vec<PayloadMatch>,
 }
 
 /// A provider, event type or event id to match archive rows with.
@@ -120,6 +126,7 @@ impl EventFilter {
             && self.since.is_none()
             && self.until.is_none()
             && self.event_id.is_none()
+            && self.payload.is_empty()
     }
 
     /// Appends ` AND <condition>` for each condition set, values bound as
@@ -146,7 +153,34 @@ impl EventFilter {
         if let Some(FilterValue(event_id)) = &self.event_id {
             sql.push(format_args!(" AND {table}.event_id = ")).push_bind(event_id.clone());
         }
+        for condition in &self.payload {
+            // No index serves this (any path may be asked): a time range
+            // bounds the days read, and without one every day is scanned.
+            sql.push(format_args!(" AND {table}.payload #>> ")).push_bind(condition.path().to_vec());
+            sql.push(" = ").push_bind(condition.value().to_string());
+        }
     }
+}
+
+/// Deserializes a list of values from their text forms: a list (JSON, or
+/// a repeated query parameter) or a single text (one query parameter).
+pub fn each_parsed<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    let texts = match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(text) => vec![text],
+        OneOrMany::Many(texts) => texts,
+    };
+    texts.iter().map(|text| text.parse().map_err(serde::de::Error::custom)).collect()
 }
 
 /// Deserializes an optional value from its text form with `FromStr`, so a

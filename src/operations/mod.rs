@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod maintenance;
 pub mod overview;
 pub mod page;
+pub mod payload_match;
 pub mod purge;
 pub mod query;
 pub mod reprocess;
@@ -20,6 +21,7 @@ pub mod side_effects;
 
 pub use age::{Age, Since};
 pub use filter::{EventFilter, Status};
+pub use payload_match::PayloadMatch;
 pub use purge::{Purged, RetentionPolicy};
 pub use query::{ArchivedDelivery, ArchivedDeliveryDetail};
 pub use reprocess::{ReprocessError, Reprocessed, Summary};

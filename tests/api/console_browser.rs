@@ -276,3 +276,59 @@ async fn without_an_admin_token_the_browser_finds_no_console() {
     drop(browser);
     server.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_operator_finds_a_customers_events_by_a_payload_value_typed_into_the_filter() {
+    let app = console_app().await;
+    for (event_id, customer) in [("evt_a1", "ctm_A"), ("evt_b1", "ctm_B"), ("evt_a2", "ctm_A")] {
+        let mut event = subscription_created(event_id, &format!("sub_{event_id}"));
+        event["data"]["customer_id"] = json!(customer);
+        app.send(&paddle(&event)).await;
+    }
+    let server = app.listen().await;
+    let base = format!("http://{}", server.addr);
+    let browser = Browser::start().await;
+    browser.sign_in(&base, ADMIN_TOKEN).await;
+
+    browser.open(&format!("{base}/console/events"), "#events tbody tr").await;
+    browser.fill("#where", "data.customer_id=ctm_A").await;
+    // The link that clears the filters shows only on a filtered page.
+    browser.click("#apply-filters", "#filters a[href='/console/events']").await;
+    let rows = browser.client.find_all(fantoccini::Locator::Css("#events tbody tr")).await.unwrap();
+    let mut shown = Vec::new();
+    for row in rows {
+        shown.push(row.text().await.unwrap());
+    }
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(shown[0].contains("evt_a2") && shown[1].contains("evt_a1"), "newest first: {shown:?}");
+    // The condition stays in the form, and a second one narrows it.
+    let kept = browser.evaluate("return document.querySelector('input[name=where]').value").await;
+    assert_eq!(kept, Value::from("data.customer_id=ctm_A"));
+    browser.fill("#where", "data.id=sub_evt_a1").await;
+    browser.click("#apply-filters", "#events").await;
+    let conditions = "return document.querySelectorAll('input[name=where]').length";
+    let next_page = async {
+        // Two conditions kept, and the empty input for a third.
+        while browser.evaluate(conditions).await != 3 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), next_page).await.expect("the narrowed page");
+    let narrowed = browser.client.find_all(fantoccini::Locator::Css("#events tbody tr")).await.unwrap();
+    assert_eq!(narrowed.len(), 1);
+    assert!(narrowed[0].text().await.unwrap().contains("evt_a1"));
+
+    // A malformed condition is refused with its reason; a hostile value
+    // matches nothing and is shown as text.
+    browser.open(&format!("{base}/console/events?where=data..id%3Dx"), "main").await;
+    assert!(browser.text("main").await.contains("none empty"), "{}", browser.text("main").await);
+    let hostile = serde_urlencoded::to_string([("where", format!("data.id={}", HOSTILE[1]))]).unwrap();
+    browser.open(&format!("{base}/console/events?{hostile}"), "#filters").await;
+    browser.assert_no_dialog().await;
+    let injected = browser.evaluate("return document.querySelectorAll('main img, main script').length").await;
+    assert_eq!(injected, Value::from(0));
+    let shown = browser.evaluate("return document.querySelector('input[name=where]').value").await;
+    assert_eq!(shown, Value::from(format!("data.id={}", HOSTILE[1])));
+    drop(browser);
+    server.stop().await.unwrap();
+}

@@ -32,6 +32,7 @@ mod ordering;
 mod outbox;
 mod outbox_marks;
 mod partitions;
+mod payload_search;
 mod prometheus;
 mod providers;
 mod purge;

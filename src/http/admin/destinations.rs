@@ -2,12 +2,12 @@
 //! `jobs` commands over HTTP.
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, RawQuery, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::listing::{ListQuery, Listing};
+use super::listing::Listing;
 use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::operations::Since;
@@ -57,11 +57,8 @@ pub async fn test(
 }
 
 /// `GET /admin/jobs?destination=&status=&event_id=&since=&until=&limit=&cursor=`: newest first.
-pub async fn list_jobs(
-    State(state): State<AppState>,
-    query: Result<Query<ListQuery<JobFilter>>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let Listing { filter, limit, cursor } = Listing::read(query, PAGE, MAX_PAGE)?;
+pub async fn list_jobs(State(state): State<AppState>, query: RawQuery) -> Result<Json<Value>, ApiError> {
+    let Listing { filter, limit, cursor } = Listing::<JobFilter>::read(query, PAGE, MAX_PAGE)?;
     let mut rows: Vec<JobSummary> =
         jobs::list(&state.pool, &filter, limit + 1, cursor.map(Cursor::position)).await?;
     // One row more than the page tells whether there is a next page.

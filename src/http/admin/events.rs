@@ -1,8 +1,8 @@
 //! `/admin/events`: list, show and reprocess archived deliveries.
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -13,7 +13,7 @@ use crate::operations::page::{self, Page};
 use crate::operations::query::Received;
 use crate::operations::{EventFilter, Reprocessed, bulk, query, reprocess};
 
-use super::listing::{ListQuery, Listing};
+use super::listing::Listing;
 
 /// Rows per page of `GET /admin/events` unless `limit` says otherwise.
 const PAGE: u32 = 50;
@@ -25,13 +25,10 @@ const BULK: u32 = 100;
 /// Most events per bulk request; the CLI has no such bound.
 const MAX_BULK: u32 = 1000;
 
-/// `GET /admin/events?status=&provider=&type=&since=&event_id=&limit=&cursor=`:
+/// `GET /admin/events?status=&provider=&type=&since=&until=&event_id=&where=&limit=&cursor=`:
 /// newest first; `next_cursor`, when not null, fetches the next page.
-pub async fn list(
-    State(state): State<AppState>,
-    query: Result<Query<ListQuery<EventFilter, Received>>, QueryRejection>,
-) -> Result<Json<Page>, ApiError> {
-    let Listing { filter, limit, cursor } = Listing::read(query, PAGE, MAX_PAGE)?;
+pub async fn list(State(state): State<AppState>, query: RawQuery) -> Result<Json<Page>, ApiError> {
+    let Listing { filter, limit, cursor } = Listing::<EventFilter, Received>::read(query, PAGE, MAX_PAGE)?;
     Ok(Json(page::page(&state.pool, &filter, limit, cursor).await?))
 }
 

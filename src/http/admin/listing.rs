@@ -1,8 +1,7 @@
 //! The query of a listing (`GET /admin/events`, `GET /admin/jobs`): its
 //! filters, then the page.
 
-use axum::extract::Query;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::RawQuery;
 use serde::Deserialize;
 
 use crate::http::UnknownFields;
@@ -14,7 +13,7 @@ use crate::operations::page::{Cursor, Position};
 /// place `P` in the listing's order); any other field is refused.
 #[derive(Deserialize)]
 #[serde(bound(deserialize = "F: Deserialize<'de>, P: Position"))]
-pub struct ListQuery<F, P = i64> {
+struct ListQuery<F, P = i64> {
     #[serde(flatten)]
     filter: F,
     #[serde(default, deserialize_with = "parsed")]
@@ -38,13 +37,17 @@ pub struct Listing<F, P = i64> {
 impl<F, P: Position> Listing<F, P> {
     /// Reads `query`, with `page` rows unless `limit` says otherwise and
     /// `most` at most; 400 for a malformed value or an unknown field.
-    pub fn read(
-        query: Result<Query<ListQuery<F, P>>, QueryRejection>,
-        page: u32,
-        most: u32,
-    ) -> Result<Self, ApiError> {
-        let Query(ListQuery { filter, limit, cursor, unknown }) =
-            query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    ///
+    /// Read with serde_html_form rather than axum's `Query`
+    /// (serde_urlencoded), which refuses a repeated parameter such as
+    /// `where`.
+    pub fn read(RawQuery(query): RawQuery, page: u32, most: u32) -> Result<Self, ApiError>
+    where
+        F: for<'de> Deserialize<'de>,
+    {
+        let ListQuery { filter, limit, cursor, unknown } =
+            serde_html_form::from_str(query.as_deref().unwrap_or(""))
+                .map_err(|e| ApiError::BadRequest(format!("Failed to deserialize query string: {e}")))?;
         unknown.refuse()?;
         Ok(Listing { filter, limit: limit.unwrap_or(page).clamp(1, most), cursor })
     }

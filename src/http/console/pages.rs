@@ -58,9 +58,10 @@ impl Filters {
         pairs.retain(|(_, value)| !value.is_empty());
         let cursor = pairs.iter().find(|(name, _)| name == "cursor").map(|(_, value)| value.clone());
         pairs.retain(|(name, _)| name != "cursor" && name != "csrf");
+        // serde_html_form, not serde_urlencoded: `where` may repeat.
         let FilterQuery { filter, unknown } = serde_urlencoded::to_string(&pairs)
             .map_err(|e| bad(&e))
-            .and_then(|query| serde_urlencoded::from_str(&query).map_err(|e| bad(&e)))?;
+            .and_then(|query| serde_html_form::from_str(&query).map_err(|e| bad(&e)))?;
         unknown.refuse()?;
         Ok((Filters { pairs, filter }, cursor))
     }
@@ -79,9 +80,12 @@ impl Filters {
     /// The form's fields and their current values.
     fn form(&self) -> Value {
         let field = |name| self.value(name);
+        let conditions: Vec<String> =
+            self.pairs.iter().filter(|(name, _)| name == "where").map(|(_, value)| value.clone()).collect();
         context! {
             status => field("status"), provider => field("provider"), type => field("type"),
             since => field("since"), until => field("until"), event_id => field("event_id"),
+            where => conditions,
         }
     }
 }
