@@ -199,10 +199,15 @@ impl Default for Session {
 /// provider retries, instead of a request that outlives its timeout. Why
 /// `statement_timeout` and `idle_in_transaction_session_timeout`: no
 /// statement, and no transaction whose client went quiet, holds a
-/// connection or its locks for ever.
+/// connection or its locks for ever. Why `synchronous_commit = on`: a
+/// delivery is acknowledged once its `COMMIT` returns, which promises it
+/// survives a crash only if the commit was flushed first; a server (or a
+/// managed database's parameter group) whose default is `off` would
+/// otherwise acknowledge events a crash can lose.
 pub fn session_options(options: PgConnectOptions, session: Session) -> PgConnectOptions {
     let millis = |d: Duration| format!("{}ms", d.as_millis());
     options.application_name("webhook-inbox").options([
+        ("synchronous_commit", "on".to_string()),
         ("lock_timeout", millis(session.lock_timeout)),
         ("statement_timeout", millis(session.statement_timeout)),
         ("idle_in_transaction_session_timeout", millis(session.statement_timeout * 2)),

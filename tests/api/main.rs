@@ -17,6 +17,7 @@ mod console_forwarding;
 mod credits;
 mod database_harness;
 mod delivery;
+mod durability;
 mod effect_failure;
 mod events_cli;
 mod forwarding;
