@@ -135,7 +135,7 @@ async fn exchange(request: reqwest::RequestBuilder) -> Attempt {
         Err(error) => {
             return Attempt {
                 status: None,
-                error: Some(describe(&error)),
+                error: Some(describe(error)),
                 body: String::new(),
                 retry_after: None,
             };
@@ -172,10 +172,12 @@ fn text(body: &[u8]) -> String {
 }
 
 /// A transport error in one line, its causes included, without the URL
-/// (which may carry a credential).
-fn describe(error: &reqwest::Error) -> String {
+/// (whose query or userinfo may carry a credential; see
+/// [`Destination::shown_url`]).
+fn describe(error: reqwest::Error) -> String {
+    let error = error.without_url();
     let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
+    let mut source = std::error::Error::source(&error);
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());

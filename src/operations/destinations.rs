@@ -96,7 +96,7 @@ fn view(name: String, declared: Option<&Destination>, row: Option<&Row>) -> Dest
     DestinationView {
         name,
         declared: declared.is_some(),
-        url: declared.map(|d| display_url(&d.url)),
+        url: declared.map(|d| d.shown_url()),
         events: declared.map(|d| d.events.iter().map(ToString::to_string).collect()).unwrap_or_default(),
         ordering: declared.map(|d| d.ordering),
         // Declared but never started by `serve`: it runs from its first start.
@@ -109,14 +109,6 @@ fn view(name: String, declared: Option<&Destination>, row: Option<&Row>) -> Dest
         oldest_pending_secs: row.map_or(0.0, |row| row.oldest_pending_secs),
         dead: row.map_or(0, |row| row.dead),
     }
-}
-
-/// The URL without its userinfo, which may be a credential.
-fn display_url(url: &reqwest::Url) -> String {
-    let mut shown = url.clone();
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.to_string()
 }
 
 /// Why a destination operation did nothing.

@@ -190,6 +190,42 @@ async fn the_admin_api_shows_destinations_and_jobs_and_replays() {
     assert_eq!(job.body["attempts_made"][0]["status_code"], 200, "the test is recorded as a job");
 }
 
+/// Apps often put a token in a destination's query string: it is never
+/// shown, nor the userinfo; the scheme, host, port and path are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destinations_query_string_and_userinfo_appear_nowhere() {
+    let url = "http://ops:PASSWORD789@127.0.0.1:1/closed?token=QUERYTOKEN456";
+    let toml = format!(
+        "[[destinations]]\nname = \"app\"\nurl = \"{url}\"\nsecret = \"{SECRET}\"\nevents = [\"paddle:*\"]\nretry_schedule = []\n"
+    );
+    let config =
+        TestConfig { admin_token: Some(TOKEN), destinations: Some(toml.clone()), ..TestConfig::default() };
+    let app = TestApp::spawn_with(config).await;
+    forward(&app, 1).await;
+
+    let errors: Vec<String> = sqlx::query_scalar("SELECT coalesce(last_error, '') FROM destination_jobs")
+        .fetch_all(app.pool())
+        .await
+        .unwrap();
+    assert!(errors[0].contains("error sending request"), "the attempt failed on the network: {errors:?}");
+    let listed = app.get("/admin/destinations", Some(TOKEN)).await;
+    assert_eq!(listed.body["destinations"][0]["url"], "http://127.0.0.1:1/closed");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), toml).unwrap();
+    let path = file.path().to_str().unwrap();
+    let shown = [
+        format!("{errors:?}"),
+        listed.body.to_string(),
+        app.get("/admin/jobs", Some(TOKEN)).await.body.to_string(),
+        cli(&app.db, &["--config", path, "destinations", "list"]).await.ok(),
+        cli(&app.db, &["--config", path, "jobs", "list"]).await.ok(),
+        format!("{:?}", app.state.forwarding.declaration.get("app").unwrap()),
+    ];
+    for text in shown {
+        assert!(!text.contains("QUERYTOKEN456") && !text.contains("PASSWORD789"), "{text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_each_destinations_attempts_backlog_and_state() {
     let receiver = Receiver::start(SECRET).await;

@@ -99,7 +99,7 @@ impl std::fmt::Debug for Destination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Destination")
             .field("name", &self.name)
-            .field("url", &self.url.as_str())
+            .field("url", &self.shown_url())
             .field("keys", &format_args!("[REDACTED; {}]", self.keys.len()))
             .field("events", &self.events)
             .field("ordering", &self.ordering)
@@ -116,6 +116,13 @@ impl Destination {
     /// The signing keys.
     pub fn keys(&self) -> &[SecretSlice<u8>] {
         &self.keys
+    }
+
+    /// The URL as logs, errors and listings show it: scheme, host, port and
+    /// path. Why not the rest: apps often put a token in the query string
+    /// (or a password in the userinfo), and none of it says where events go.
+    pub fn shown_url(&self) -> String {
+        format!("{}{}", self.url.origin().ascii_serialization(), self.url.path())
     }
 }
 
