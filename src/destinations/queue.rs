@@ -285,6 +285,12 @@ impl Queue for DestinationQueue {
         )
     }
 
+    fn restarted(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.restarted();
+        }
+    }
+
     fn report(&self, done: &Done<ClaimedJob, Attempt>) {
         if let Some(metrics) = &self.metrics {
             metrics.attempted(done.attempt.kind(), done.duration);

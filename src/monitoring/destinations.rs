@@ -16,6 +16,7 @@ pub(super) const JOBS: &str = "webhook_destination_jobs";
 pub(super) const OLDEST_PENDING: &str = "webhook_destination_oldest_pending_age_seconds";
 pub(super) const STATE: &str = "webhook_destination_state";
 pub(super) const STOPPED: &str = "webhook_destination_stopped_seconds";
+pub(super) const RESTARTS: &str = "webhook_destination_runner_restarts_total";
 
 /// Every `outcome` label value of an attempt (`sender::Attempt::kind`).
 pub const ATTEMPT_OUTCOMES: [&str; 5] = ["sent", "http_error", "gone", "timeout", "network"];
@@ -40,6 +41,7 @@ pub struct DestinationMetrics {
     states: Vec<Gauge>,
     /// Paused, disabled: in the order of [`STOPPED_STATES`].
     stopped: [Gauge; 2],
+    restarts: Counter,
 }
 
 impl Named for DestinationMetrics {
@@ -64,6 +66,7 @@ impl DestinationMetrics {
             oldest_pending: gauge(OLDEST_PENDING, None),
             states: STATES.iter().map(|s| gauge(STATE, Some(("state", s)))).collect(),
             stopped: STOPPED_STATES.map(|s| gauge(STOPPED, Some(("state", s)))),
+            restarts: recorder.register_counter(&key(RESTARTS, None), &METADATA),
         }
     }
 
@@ -73,6 +76,11 @@ impl DestinationMetrics {
         let index = ATTEMPT_OUTCOMES.iter().position(|o| *o == kind).unwrap_or(ATTEMPT_OUTCOMES.len() - 1);
         self.attempts[index].increment(1);
         self.duration.record(elapsed.as_secs_f64());
+    }
+
+    /// Counts a panic of the destination's runner, which was started again.
+    pub fn restarted(&self) {
+        self.restarts.increment(1);
     }
 
     fn set(&self, row: &Row) {

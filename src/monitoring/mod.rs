@@ -232,6 +232,11 @@ fn describe(recorder: &PrometheusRecorder) {
     );
     describe(QUERY_OK, None, "1 when the last database query for these gauges succeeded.");
     describe(
+        RESTARTS,
+        None,
+        "Panics of a destination's runner in this process, each followed by a restart (any is a bug to report).",
+    );
+    describe(
         ATTEMPTS,
         None,
         "Attempts to forward an event, by destination and outcome: sent (2xx), http_error, gone (410), timeout, network.",

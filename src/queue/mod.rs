@@ -79,6 +79,10 @@ pub trait Queue: Send + Sync + 'static {
 
     /// Reports a settled row (logs, metrics), once, before it is recorded.
     fn report(&self, done: &Done<Self::Row, Self::Attempt>);
+
+    /// Reports that the queue's runner panicked and is started again
+    /// (metrics); the engine has logged it.
+    fn restarted(&self) {}
 }
 
 /// A row a queue's claim returned: what the engine needs of every one.

@@ -13,10 +13,12 @@
 //! engine holds one pooled connection whatever it runs, and its statements
 //! are short (sends hold no connection).
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::FutureExt;
 use sqlx::PgPool;
 use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinSet;
@@ -69,6 +71,7 @@ impl Tally {
 }
 
 /// How long a queue's loop runs, and on which clock.
+#[derive(Clone)]
 enum Until {
     /// As `serve` runs it: on the wall clock, until the engine stops,
     /// looking for due rows when woken or every poll interval.
@@ -95,10 +98,10 @@ impl Engine {
         let wake = Wake::default();
         let until =
             Until::Stopped { poll_interval: self.poll_interval, wake: wake.clone(), stop: self.stop.clone() };
-        let connection = self.connection.clone();
+        let (connection, poll_interval) = (self.connection.clone(), self.poll_interval);
         self.queues.spawn(async move {
             let queue = Arc::new(queue);
-            let (tally, _) = run(&queue, connection, until).await;
+            let tally = supervised(&queue, connection, until, poll_interval).await;
             tracing::info!(
                 queue = queue.name(),
                 claimed = tally.claimed,
@@ -149,6 +152,52 @@ impl Engine {
         }
         drained
     }
+}
+
+/// Runs `queue`'s loop until it stops, starting it again after a panic.
+///
+/// Why: a panic (a bug, in a record or a claim) would otherwise end the
+/// queue's task silently, and its rows would never be sent again while
+/// everything else looked healthy. The panic is logged and counted at once
+/// ([`Queue::restarted`]); its rows in flight stay leased and are claimed
+/// again when their leases end. Restarts wait the poll interval, doubling
+/// after each panic up to a minute, so a panic that repeats does not spin.
+async fn supervised<Q: Queue>(
+    queue: &Arc<Q>,
+    connection: Arc<Mutex<KeptConnection>>,
+    until: Until,
+    poll_interval: Duration,
+) -> Tally {
+    let mut wait = poll_interval;
+    loop {
+        let loop_ = run(queue, connection.clone(), until.clone());
+        match AssertUnwindSafe(loop_).catch_unwind().await {
+            Ok((tally, _)) => return tally,
+            Err(panic) => {
+                let message = panic_message(&*panic);
+                tracing::error!(
+                    queue = queue.name(),
+                    panic = message,
+                    "the queue's runner panicked: restarting it"
+                );
+                queue.restarted();
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(MAX_RESTART_WAIT);
+            }
+        }
+    }
+}
+
+/// Longest wait before a runner that panicked again is started again.
+const MAX_RESTART_WAIT: Duration = Duration::from_secs(60);
+
+/// A panic's message, when it is text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("")
 }
 
 /// One queue's loop, until `until`: what it did, and, running until idle,

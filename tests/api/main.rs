@@ -37,6 +37,7 @@ mod payload_search;
 mod prometheus;
 mod providers;
 mod purge;
+mod queue_supervision;
 mod reconcile;
 mod reconcile_github;
 mod reprocess;

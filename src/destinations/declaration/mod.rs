@@ -41,6 +41,12 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 /// The longest timeout accepted: a claim's lease is longer than it.
 const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The longest retry delay and circuit cooldown accepted. Why a bound:
+/// each is added to the current time, and one past what a timestamp holds
+/// (`"300000y"`) would fail every send of the destination; a week is far
+/// beyond any schedule a receiver needs (Svix's whole schedule is 28 hours).
+const MAX_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Requests in flight at once per destination and replica, by default.
 const DEFAULT_CONCURRENCY: usize = 10;
 
@@ -239,11 +245,11 @@ impl Declaration {
                     .get_ref()
                     .iter()
                     .map(|delay| {
-                        duration(delay).ok_or_else(|| {
+                        bounded(delay).ok_or_else(|| {
                             field(
                                 "retry_schedule",
                                 delay.span(),
-                                format!("{:?} is not a duration like \"5m\"", delay.get_ref()),
+                                format!("{:?} is not a duration up to 7d like \"5m\"", delay.get_ref()),
                             )
                         })
                     })
@@ -294,11 +300,11 @@ impl Declaration {
                     let cooldown = cooldown
                         .as_ref()
                         .map(|c| {
-                            duration(c).ok_or_else(|| {
+                            bounded(c).ok_or_else(|| {
                                 field(
                                     "circuit_breaker.cooldown",
                                     c.span(),
-                                    "is not a duration like \"1m\"".into(),
+                                    "is not a duration up to 7d like \"1m\"".into(),
                                 )
                             })
                         })
@@ -371,6 +377,11 @@ fn valid_name(name: &str) -> bool {
 /// A duration like `5s`, `5m`, `2h`, `100ms`.
 fn duration(text: &Spanned<String>) -> Option<Duration> {
     humantime::parse_duration(text.get_ref()).ok()
+}
+
+/// A duration up to [`MAX_DELAY`].
+fn bounded(text: &Spanned<String>) -> Option<Duration> {
+    duration(text).filter(|delay| *delay <= MAX_DELAY)
 }
 
 /// The file as written.

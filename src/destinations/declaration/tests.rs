@@ -70,7 +70,19 @@ fn each_mistake_is_named_by_line_and_field_without_the_secret() {
         ("timeout = \"10m\"", "line 7: destination \"app\", `timeout`: must be a duration from 10ms to 5m"),
         (
             "retry_schedule = [\"5s\", \"later\"]",
-            "line 7: destination \"app\", `retry_schedule`: \"later\" is not a duration",
+            "line 7: destination \"app\", `retry_schedule`: \"later\" is not a duration up to 7d",
+        ),
+        (
+            "retry_schedule = [\"5s\", \"300000y\"]",
+            "line 7: destination \"app\", `retry_schedule`: \"300000y\" is not a duration up to 7d",
+        ),
+        (
+            "retry_schedule = [\"8d\"]",
+            "line 7: destination \"app\", `retry_schedule`: \"8d\" is not a duration up to 7d",
+        ),
+        (
+            "circuit_breaker = { cooldown = \"300000y\" }",
+            "line 7: destination \"app\", `circuit_breaker.cooldown`: is not a duration up to 7d",
         ),
         (
             "rate_limit = 0",
