@@ -8,6 +8,7 @@ use sqlx::PgPool;
 
 use super::table;
 use crate::operations::Since;
+use crate::operations::filter::FilterValue;
 use crate::operations::jobs::{self, JobFilter, JobSummary};
 
 /// The `jobs` subcommands.
@@ -57,7 +58,7 @@ pub struct ReplayArgs {
 
     /// Replay every dead job of this destination (in the range given by --since and --until).
     #[arg(long)]
-    pub destination: Option<String>,
+    pub destination: Option<FilterValue>,
 
     /// Only jobs created since then (30m, 2h, 1d, or an RFC 3339 time).
     #[arg(long, requires = "destination")]

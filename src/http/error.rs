@@ -166,7 +166,7 @@ impl IntoResponse for ApiError {
 }
 
 /// The 400 reason of an operator request holding a value PostgreSQL cannot store.
-const UNSTORABLE_VALUE: &str = "a value in the request cannot be stored by PostgreSQL (a NUL character?)";
+const UNSTORABLE_VALUE: &str = "a value in the request cannot be stored by PostgreSQL";
 
 impl From<sqlx::Error> for ApiError {
     /// A failed query of an operator endpoint, classified like a delivery's;

@@ -30,7 +30,7 @@ pub use auth::{BearerToken, InvalidToken};
 pub use console::{ConsoleSettings, SESSION_COOKIE};
 pub use error::ApiError;
 pub use serve::{ConnectionLimits, serve};
-use unknown_fields::UnknownFields;
+use unknown_fields::{NoQuery, UnknownFields};
 
 /// Bounds on what a client may send.
 #[derive(Debug, Clone)]

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
@@ -24,5 +26,21 @@ impl UnknownFields {
             Some(name) => Err(ApiError::BadRequest(format!("unknown field {name:?}"))),
             None => Ok(()),
         }
+    }
+}
+
+/// A route that takes no query parameter: any is refused, as an unknown
+/// field of a listing is (`?dry_run=true` on a route without one must not
+/// run it for real).
+pub struct NoQuery;
+
+impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Query(unknown) = Query::<UnknownFields>::try_from_uri(&parts.uri)
+            .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+        unknown.refuse()?;
+        Ok(NoQuery)
     }
 }

@@ -92,13 +92,22 @@ pub struct EventFilter {
     pub payload: Vec<PayloadMatch>,
 }
 
-/// A provider, event type or event id to match archive rows with.
+/// A provider, event type, event id or destination name an operator
+/// names: in a filter, a request body or a path, every one checked alike.
 ///
 /// Why control characters are refused: the stored identifiers have none
-/// (the providers' parsers refuse them), so such a value matches nothing,
-/// and a NUL, which PostgreSQL text cannot hold, would fail the query.
+/// (the providers' parsers and the destinations' declaration refuse them),
+/// so such a value matches nothing, and a NUL, which PostgreSQL text cannot
+/// hold, would fail the query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilterValue(String);
+
+impl FilterValue {
+    /// The value.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 impl FromStr for FilterValue {
     type Err = &'static str;
@@ -108,6 +117,18 @@ impl FromStr for FilterValue {
             return Err("a filter value must not contain control characters");
         }
         Ok(FilterValue(text.to_string()))
+    }
+}
+
+impl fmt::Display for FilterValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for FilterValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -8,7 +8,7 @@ use sqlx::{PgPool, Postgres, QueryBuilder};
 use tracing::instrument;
 
 use super::age::Since;
-use super::filter::parsed;
+use super::filter::{FilterValue, parsed};
 use crate::destinations::signer::message_id;
 use crate::queue::Status;
 
@@ -17,7 +17,8 @@ use crate::queue::Status;
 pub struct JobFilter {
     /// Only jobs of this destination.
     #[arg(long)]
-    pub destination: Option<String>,
+    #[serde(default, deserialize_with = "parsed")]
+    pub destination: Option<FilterValue>,
 
     /// Only jobs with this status: pending, sent, dead.
     #[arg(long)]
@@ -26,7 +27,8 @@ pub struct JobFilter {
 
     /// Only jobs of this event id.
     #[arg(long)]
-    pub event_id: Option<String>,
+    #[serde(default, deserialize_with = "parsed")]
+    pub event_id: Option<FilterValue>,
 
     /// Only jobs created since then: a duration back from now (30m, 2h, 1d) or an RFC 3339 time.
     #[arg(long)]
@@ -42,14 +44,14 @@ pub struct JobFilter {
 impl JobFilter {
     fn push_conditions(&self, sql: &mut QueryBuilder<Postgres>) {
         if let Some(destination) = &self.destination {
-            sql.push(" AND j.destination = ").push_bind(destination.clone());
+            sql.push(" AND j.destination = ").push_bind(destination.as_str().to_owned());
         }
         if let Some(status) = self.status {
             // A closed set of literals: the partial indexes then apply.
             sql.push(format_args!(" AND j.status = '{}'", status.as_str()));
         }
         if let Some(event_id) = &self.event_id {
-            sql.push(" AND j.event_id = ").push_bind(event_id.clone());
+            sql.push(" AND j.event_id = ").push_bind(event_id.as_str().to_owned());
         }
         if let Some(Since(since)) = self.since {
             sql.push(" AND j.created_at >= ").push_bind(since);
@@ -228,14 +230,14 @@ pub async fn replay(pool: &PgPool, id: i64) -> Result<JobSummary, ReplayError> {
 #[instrument(skip_all, fields(destination))]
 pub async fn replay_dead(
     pool: &PgPool,
-    destination: &str,
+    destination: &FilterValue,
     since: Option<Since>,
     until: Option<Since>,
     limit: u32,
     dry_run: bool,
 ) -> sqlx::Result<Vec<JobSummary>> {
     let filter = JobFilter {
-        destination: Some(destination.to_string()),
+        destination: Some(destination.clone()),
         status: Some(Status::Dead),
         since,
         until,

@@ -12,6 +12,7 @@ use sqlx::PgPool;
 
 use super::filter::EventFilter;
 use super::query::{self, ArchivedDelivery, Received};
+use crate::event::EARLIEST_STORABLE_TIME;
 
 /// Where the next page starts: the last row's place in its listing's
 /// order. Clients pass back the text they were given; what it holds is
@@ -49,6 +50,8 @@ impl Position for Received {
     fn read(text: &str) -> Option<Self> {
         let (micros, id) = text.strip_prefix("before:")?.split_once(':')?;
         let created_at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+        // A time PostgreSQL cannot hold was never written by us.
+        (created_at.timestamp() >= EARLIEST_STORABLE_TIME).then_some(())?;
         Some(Received { created_at, id: id.parse().ok()? })
     }
 }
@@ -141,6 +144,9 @@ mod tests {
             assert_eq!(bad.parse::<Cursor>(), Err(InvalidCursor), "{bad}");
             assert_eq!(bad.parse::<Cursor<Received>>(), Err(InvalidCursor), "{bad}");
         }
+        // A time PostgreSQL cannot hold (before 4714 BC) is no cursor of ours.
+        let ancient = URL_SAFE_NO_PAD.encode("before:-8000000000000000000:1");
+        assert_eq!(ancient.parse::<Cursor<Received>>(), Err(InvalidCursor));
         // Each listing takes its own kind only.
         assert_eq!(job.to_string().parse::<Cursor<Received>>(), Err(InvalidCursor));
         assert_eq!(row.to_string().parse::<Cursor>(), Err(InvalidCursor));

@@ -74,7 +74,8 @@ async fn dead_jobs_of_a_time_range_are_listed_by_a_dry_run_then_replayed() {
     .unwrap();
     let since = Some("1d".parse().unwrap());
 
-    let listed = jobs::replay_dead(app.pool(), "app", since, None, 100, true).await.unwrap();
+    let listed =
+        jobs::replay_dead(app.pool(), &"app".parse().unwrap(), since, None, 100, true).await.unwrap();
     assert_eq!(listed.iter().map(|j| j.event_id.as_str()).collect::<Vec<_>>(), ["evt_2", "evt_3"]);
     assert_eq!(
         app.count("SELECT count(*) FROM destination_jobs WHERE status = 'dead'").await,
@@ -82,11 +83,15 @@ async fn dead_jobs_of_a_time_range_are_listed_by_a_dry_run_then_replayed() {
         "a dry run changes nothing"
     );
 
-    let replayed = jobs::replay_dead(app.pool(), "app", since, None, 100, false).await.unwrap();
+    let replayed =
+        jobs::replay_dead(app.pool(), &"app".parse().unwrap(), since, None, 100, false).await.unwrap();
     assert_eq!(replayed.len(), 2);
     receiver.answer_otherwise(Answer::Status(200));
     assert_eq!(send_due(app.pool(), &queue, Utc::now() + chrono::Duration::seconds(1)).await.sent, 2);
-    assert_eq!(jobs::replay_dead(app.pool(), "app", since, None, 100, false).await.unwrap().len(), 0);
+    assert_eq!(
+        jobs::replay_dead(app.pool(), &"app".parse().unwrap(), since, None, 100, false).await.unwrap().len(),
+        0
+    );
 }
 
 #[tokio::test]

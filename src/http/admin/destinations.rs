@@ -8,11 +8,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::listing::Listing;
-use crate::http::AppState;
 use crate::http::error::ApiError;
+use crate::http::{AppState, NoQuery};
 use crate::operations::Since;
 use crate::operations::destinations::{self, DestinationView, TestResult};
-use crate::operations::filter::parsed;
+use crate::operations::filter::{FilterValue, parsed};
 use crate::operations::jobs::{self, JobDetail, JobFilter, JobSummary};
 use crate::operations::page::Cursor;
 
@@ -24,13 +24,18 @@ const MAX_PAGE: u32 = 500;
 const MAX_REPLAY: u32 = 1000;
 
 /// `GET /admin/destinations`: every destination with its state and backlog.
-pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(state): State<AppState>, _: NoQuery) -> Result<Json<Value>, ApiError> {
     let views: Vec<DestinationView> = destinations::list(&state.pool, &state.forwarding.declaration).await?;
     Ok(Json(json!({ "destinations": views })))
 }
 
 /// `POST /admin/destinations/{name}/pause`.
-pub async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn pause(
+    State(state): State<AppState>,
+    _: NoQuery,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let name = destination_name(name)?;
     destinations::pause(&state.pool, &state.forwarding.declaration, &name).await?;
     Ok(Json(json!({ "destination": name, "paused": true })))
 }
@@ -38,8 +43,10 @@ pub async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> R
 /// `POST /admin/destinations/{name}/resume`.
 pub async fn resume(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    _: NoQuery,
+    name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let name = destination_name(name)?;
     destinations::resume(&state.pool, &state.forwarding.declaration, &name).await?;
     state.forwarding.wake(&name);
     Ok(Json(json!({ "destination": name, "paused": false })))
@@ -49,8 +56,10 @@ pub async fn resume(
 /// and recorded as a job; 200 with the answer whatever it was.
 pub async fn test(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    _: NoQuery,
+    name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<TestResult>, ApiError> {
+    let name = destination_name(name)?;
     let destination =
         state.forwarding.declaration.get(&name).ok_or_else(|| ApiError::DestinationNotFound(name.clone()))?;
     Ok(Json(destinations::send_test(&state.pool, &state.forwarding.client, destination).await?))
@@ -72,6 +81,7 @@ pub async fn list_jobs(State(state): State<AppState>, query: RawQuery) -> Result
 /// `GET /admin/jobs/{id}`: the job and every attempt.
 pub async fn show_job(
     State(state): State<AppState>,
+    _: NoQuery,
     id: Result<Path<i64>, PathRejection>,
 ) -> Result<Json<JobDetail>, ApiError> {
     let id = job_id(id)?;
@@ -81,6 +91,7 @@ pub async fn show_job(
 /// `POST /admin/jobs/{id}/replay`: sent again, same `webhook-id`; 409 if pending.
 pub async fn replay_job(
     State(state): State<AppState>,
+    _: NoQuery,
     id: Result<Path<i64>, PathRejection>,
 ) -> Result<Json<JobSummary>, ApiError> {
     let job = jobs::replay(&state.pool, job_id(id)?).await?;
@@ -92,7 +103,7 @@ pub async fn replay_job(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkReplay {
-    destination: String,
+    destination: FilterValue,
     #[serde(default, deserialize_with = "parsed")]
     since: Option<Since>,
     #[serde(default, deserialize_with = "parsed")]
@@ -106,6 +117,7 @@ pub struct BulkReplay {
 /// `[since, until)`, oldest first, up to `limit`; listed only with `dry_run`.
 pub async fn replay_dead(
     State(state): State<AppState>,
+    _: NoQuery,
     body: Result<Json<BulkReplay>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(bulk) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
@@ -113,11 +125,20 @@ pub async fn replay_dead(
     let jobs = jobs::replay_dead(&state.pool, &bulk.destination, bulk.since, bulk.until, limit, bulk.dry_run)
         .await?;
     if !bulk.dry_run && !jobs.is_empty() {
-        state.forwarding.wake(&bulk.destination);
+        state.forwarding.wake(bulk.destination.as_str());
     }
     Ok(Json(json!({ "dry_run": bulk.dry_run, "jobs": jobs })))
 }
 
 fn job_id(id: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
     id.map(|Path(id)| id).map_err(|_| ApiError::BadRequest("the job id must be an integer".into()))
+}
+
+/// The destination a path names, checked as every name an operator gives
+/// is ([`FilterValue`]); 400 in the API's JSON, never axum's plain text.
+fn destination_name(name: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    let Path(name) =
+        name.map_err(|_| ApiError::BadRequest("the destination name must be UTF-8 text".into()))?;
+    let name: FilterValue = name.parse().map_err(|reason: &str| ApiError::BadRequest(reason.into()))?;
+    Ok(name.to_string())
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
-use crate::http::{AppState, UnknownFields, request_id};
+use crate::http::{AppState, NoQuery, UnknownFields, request_id};
 use crate::operations::page::{self, Page};
 use crate::operations::query::Received;
 use crate::operations::{EventFilter, Reprocessed, bulk, query, reprocess};
@@ -35,6 +35,7 @@ pub async fn list(State(state): State<AppState>, query: RawQuery) -> Result<Json
 /// `GET /admin/events/{id}`: every column and the event's other deliveries.
 pub async fn show(
     State(state): State<AppState>,
+    _: NoQuery,
     id: Result<Path<i64>, PathRejection>,
 ) -> Result<Json<query::Shown>, ApiError> {
     let id = archive_id(id)?;
@@ -46,6 +47,7 @@ pub async fn show(
 /// 200 with the new row's status, FAILED included (the run itself worked).
 pub async fn reprocess_one(
     State(state): State<AppState>,
+    _: NoQuery,
     headers: HeaderMap,
     id: Result<Path<i64>, PathRejection>,
 ) -> Result<Json<Reprocessed>, ApiError> {
@@ -72,6 +74,7 @@ pub struct Bulk {
 /// says whether others remain (call again: applied ones drop out).
 pub async fn reprocess_matching(
     State(state): State<AppState>,
+    _: NoQuery,
     headers: HeaderMap,
     body: Result<Json<Bulk>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {

@@ -17,6 +17,7 @@ use super::error::ConsoleError;
 use super::session::Session;
 use super::templates::{render, serde};
 use crate::http::AppState;
+use crate::operations::filter::FilterValue;
 use crate::operations::{audit, destinations, jobs};
 
 /// Most dead jobs one confirmation replays; the page says when more remain.
@@ -82,7 +83,7 @@ pub async fn replay_dead_dry_run(
     Extension(session): Extension<Session>,
     Path(name): Path<String>,
 ) -> Result<Html<String>, ConsoleError> {
-    let dead = jobs::replay_dead(&state.pool, &name, None, None, REPLAY_DEAD + 1, true).await?;
+    let dead = jobs::replay_dead(&state.pool, &named(&name)?, None, None, REPLAY_DEAD + 1, true).await?;
     let more = dead.len() > REPLAY_DEAD as usize;
     let count = dead.len().min(REPLAY_DEAD as usize);
     Ok(render(
@@ -102,7 +103,7 @@ pub async fn replay_dead(
     Extension(session): Extension<Session>,
     Path(name): Path<String>,
 ) -> Result<Html<String>, ConsoleError> {
-    let replayed = jobs::replay_dead(&state.pool, &name, None, None, REPLAY_DEAD, false).await?;
+    let replayed = jobs::replay_dead(&state.pool, &named(&name)?, None, None, REPLAY_DEAD, false).await?;
     if !replayed.is_empty() {
         state.forwarding.wake(&name);
     }
@@ -114,4 +115,9 @@ pub async fn replay_dead(
             replayed => true, jobs => serde(&replayed[..replayed.len().min(LISTED)]), limit => REPLAY_DEAD,
         },
     )?)
+}
+
+/// The destination a path names, checked as every name an operator gives is.
+fn named(name: &str) -> Result<FilterValue, ConsoleError> {
+    name.parse().map_err(|reason: &str| ConsoleError::BadRequest(reason.into()))
 }
