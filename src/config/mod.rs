@@ -37,7 +37,7 @@ pub struct ServeConfig<P: Args + FromArgMatches + Clone + std::fmt::Debug + Send
     #[arg(long, env = "REQUEST_READ_TIMEOUT_SECS", default_value_t = 10)]
     pub request_read_timeout_secs: u64,
 
-    /// Most client connections open at once; further ones wait in the listen backlog until one closes. Each may hold up to MAX_BODY_BYTES plus ~400 KiB of headers.
+    /// Most client connections open at once; at the limit, the one waiting longest for a request head is closed to admit a new one (when every one has a request in progress, new ones wait in the listen backlog). Each may hold up to MAX_BODY_BYTES plus ~400 KiB of headers.
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 

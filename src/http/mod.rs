@@ -8,6 +8,7 @@ mod health;
 mod metrics;
 mod serve;
 mod unknown_fields;
+mod waiting;
 mod webhook;
 
 use std::sync::Arc;

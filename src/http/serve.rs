@@ -1,5 +1,6 @@
-//! The server: accepts connections, at most so many at once, until
-//! shutdown is signalled, then stops accepting and drains in-flight
+//! The server: accepts connections, at most so many at once (shedding
+//! those that wait for a request head to admit new ones), until shutdown
+//! is signalled, then stops accepting and drains in-flight
 //! deliveries, bounded in time.
 
 use std::future::Future;
@@ -10,12 +11,14 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use super::waiting::Connections;
 use crate::inbox::Workers;
 
 /// What the server allows client connections.
@@ -52,29 +55,21 @@ pub async fn serve(
     // that speaks HTTP/1.1 to it.
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
-    let connections = GracefulShutdown::new();
+    let shutting_down = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let open = Connections::default();
     let mut shutdown = std::pin::pin!(shutdown);
     // Why a bound: each connection may hold a request head (up to ~400 KiB)
     // and a body (MAX_BODY_BYTES) for as long as the read timeouts allow,
-    // before anything is verified. Why wait before accepting rather than
-    // refuse: a connection over the limit stays in the kernel's listen
-    // backlog, costing nothing here, and is served as soon as one closes;
-    // the read timeouts start when it is accepted.
+    // before anything is verified. At the bound, a new connection is
+    // accepted and the one that has waited longest for a request head is
+    // closed in its place (see `waiting`); when every connection has a
+    // request in progress, the new one waits until one closes (connections
+    // after it wait in the kernel's listen backlog, costing nothing here).
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut saturated = false;
 
     loop {
-        if permits.available_permits() == 0 && !saturated {
-            tracing::warn!(
-                max_connections = limits.max_connections,
-                "connection limit reached: new connections wait in the listen backlog until one closes"
-            );
-        }
-        saturated = permits.available_permits() == 0;
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
-        };
         let (stream, _peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -88,23 +83,69 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                saturated = false;
+                permit
+            }
+            Err(_) => {
+                let shed = open.shed_oldest();
+                if !saturated {
+                    tracing::warn!(
+                        max_connections = limits.max_connections,
+                        shed,
+                        "connection limit reached: connections waiting for a request head are closed, oldest \
+                         first, to admit new ones; when none waits, new connections wait until one closes"
+                    );
+                }
+                saturated = true;
+                tokio::select! {
+                    permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+                    () = &mut shutdown => break,
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
+        let stop = shutting_down.child_token();
+        let connection = Arc::new(open.accepted(stop.clone()));
+        let (started, answered) = (connection.clone(), connection.clone());
         let service = TowerToHyperService::new(
-            app.clone().map_request(|request: hyper::Request<Incoming>| request.map(axum::body::Body::new)),
+            app.clone()
+                .map_request(move |request: hyper::Request<Incoming>| {
+                    started.request_started();
+                    request.map(axum::body::Body::new)
+                })
+                .map_response(move |response| {
+                    answered.answered();
+                    response
+                }),
         );
-        let connection = connections.watch(builder.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
+        let serving = builder.serve_connection(TokioIo::new(stream), service);
+        tasks.spawn(async move {
+            let mut serving = std::pin::pin!(serving);
+            let ended = tokio::select! {
+                ended = serving.as_mut() => ended,
+                () = stop.cancelled() => {
+                    // Shutdown, or shed: the request in progress, if any, is
+                    // answered; then the connection closes.
+                    serving.as_mut().graceful_shutdown();
+                    serving.await
+                }
+            };
+            if let Err(error) = ended {
                 tracing::debug!(%error, "connection ended with an error");
             }
+            drop(connection);
             drop(permit);
         });
     }
 
     drop(listener);
     tracing::info!("shutting down: listener closed, draining in-flight deliveries");
+    shutting_down.cancel();
+    tasks.close();
     let drained = tokio::time::timeout(grace, async {
-        connections.shutdown().await;
+        tasks.wait().await;
         workers.close().await;
     })
     .await

@@ -63,28 +63,79 @@ async fn a_body_that_stops_arriving_is_answered_408_at_the_read_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_over_max_connections_waits_unaccepted_and_is_served_once_one_closes() {
+async fn a_connection_over_max_connections_waits_while_every_place_has_a_request_in_progress() {
     let test = TestApp::spawn().await;
-    // Idle connections are held for the whole header timeout: a long one,
-    // so that only the test closes them.
     let limits = ConnectionLimits { max_connections: 2, header_read_timeout: Duration::from_secs(600) };
     let listening = test.listen_with(limits).await;
     let addr = listening.addr;
-    let first = TcpStream::connect(addr).await.unwrap();
-    let _second = TcpStream::connect(addr).await.unwrap();
+    // Two connections each send a delivery held in the database (its dedup
+    // row is locked by another transaction): a request is in progress on
+    // each, so neither may be shed.
+    let mut holder = PgConnection::connect_with(&test.db.connect_options()).await.unwrap();
+    sqlx::raw_sql("BEGIN; INSERT INTO processed_webhook_events (provider, event_id, event_type) VALUES ('paddle', 'evt_held', 'x')")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let delivery = paddle(&subscription_created("evt_held", "sub_held"));
+            tokio::spawn(async move { post(addr, &delivery).await })
+        })
+        .collect();
+    until("both held deliveries wait on the lock", async || {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+        .fetch_one(test.pool())
+        .await
+        .unwrap();
+        waiting == 2
+    })
+    .await;
 
-    // A third client sends a whole delivery: it is not served while the
-    // two idle connections hold both places. (With the limit this cannot
-    // happen however long the wait; the wait only bounds how long a
-    // server without one has to answer it.)
+    // A third client sends a whole delivery: it is not served while both
+    // places hold a request. (With the limit this cannot happen however
+    // long the wait; the wait only bounds how long a server without one has
+    // to answer it.)
     let delivery = paddle(&subscription_created("evt_01", "sub_01"));
     let mut third = tokio::spawn(async move { post(addr, &delivery).await });
     let early = tokio::time::timeout(Duration::from_secs(1), &mut third).await;
     assert!(early.is_err(), "served over the limit: {early:?}");
-    assert_eq!(test.count("SELECT count(*) FROM webhook_events").await, 0);
+    assert_eq!(test.count("SELECT count(*) FROM webhook_events WHERE event_id = 'evt_01'").await, 0);
 
-    // One closes: the waiting connection is accepted and served.
-    drop(first);
+    // The held ones are answered and close: the waiting connection is
+    // accepted and served.
+    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await.unwrap();
+    for held in held {
+        assert_eq!(held.await.unwrap().0, 200);
+    }
     let (status, body) = tokio::time::timeout(LONGEST_WAIT, third).await.unwrap().unwrap();
     assert_eq!((status, body), (200, json!({ "event_id": "evt_01", "status": "processed" })));
+}
+
+/// Issue 25: idle sockets cannot hold the connection limit. With 300
+/// connections that sent nothing (128 accepted, the rest in the listen
+/// backlog), deliveries on new connections are answered at once: the
+/// server closes the connections waiting longest for a request head to
+/// admit them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_at_the_limit_are_shed_so_that_new_deliveries_are_served() {
+    let test = TestApp::spawn().await;
+    let limits = ConnectionLimits { max_connections: 128, header_read_timeout: Duration::from_secs(10) };
+    let listening = test.listen_with(limits).await;
+    let addr = listening.addr;
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(TcpStream::connect(addr).await.unwrap());
+    }
+    let deliveries = (1..=5).map(|n| {
+        let delivery = paddle(&subscription_created(&format!("evt_{n}"), &format!("sub_{n}")));
+        tokio::spawn(async move { tokio::time::timeout(Duration::from_secs(2), post(addr, &delivery)).await })
+    });
+    for (n, answer) in futures_util::future::join_all(deliveries).await.into_iter().enumerate() {
+        let (status, _) =
+            answer.unwrap().unwrap_or_else(|_| panic!("delivery {} not answered within 2 s", n + 1));
+        assert_eq!(status, 200, "delivery {}", n + 1);
+    }
+    drop(idle);
 }
