@@ -62,7 +62,7 @@ fn provider_help() -> String {
 }
 
 /// Runs one reconciliation and prints its summary; fails if an event
-/// failed (archived FAILED), so that scripts notice.
+/// failed (archived FAILED) or was unreadable, so that scripts notice.
 pub async fn run(
     pool: &PgPool,
     args: ReconcileArgs,
@@ -86,6 +86,12 @@ pub async fn run(
     }
     if summary.failed > 0 {
         bail!("{} event(s) failed: see the FAILED lines (--json: `failures`)", summary.failed);
+    }
+    if summary.unreadable > 0 {
+        bail!(
+            "{} event(s) unreadable, left alone: see the UNREADABLE lines and the log (--json: `unreadable_events`)",
+            summary.unreadable
+        );
     }
     Ok(())
 }
@@ -117,6 +123,9 @@ fn text(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
     for failure in &s.failures {
         let archived = failure.archive_id.map(|id| format!(" -> #{id}")).unwrap_or_default();
         writeln!(out, "FAILED {}{archived}: {}", visible(&failure.event_id), visible(&failure.error))?;
+    }
+    for unreadable in &s.unreadable_events {
+        writeln!(out, "UNREADABLE {}: {}", visible(&unreadable.event_id), visible(&unreadable.error))?;
     }
     Ok(())
 }

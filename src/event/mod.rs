@@ -83,6 +83,17 @@ impl EventError {
     }
 }
 
+/// Longest request id the archive keeps; a longer one is dropped.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// `id`, if the archive keeps it as a delivery's request id: at most
+/// [`MAX_REQUEST_ID_LEN`] bytes of visible ASCII, as a webhook's
+/// `x-request-id` header can be, whether it came from a header or from a
+/// provider's API (`meta.request_id`), which bounds neither.
+pub fn kept_request_id(id: &str) -> Option<&str> {
+    (id.len() <= MAX_REQUEST_ID_LEN && id.bytes().all(|b| (b' '..=b'~').contains(&b))).then_some(id)
+}
+
 /// Checks a required identifier (event id or type): present, non-empty,
 /// bounded, and free of control characters (a NUL, which JSON can escape,
 /// is not storable as PostgreSQL text).

@@ -24,6 +24,7 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::destinations::Forwarding;
+use crate::event;
 use crate::inbox::{RoutingTable, Workers};
 use crate::monitoring::Metrics;
 use crate::providers::{self, Registry};
@@ -158,16 +159,10 @@ pub fn app(state: AppState) -> Router {
         )
 }
 
-/// Longest request id kept in the archive; longer client-sent ids are dropped.
-const MAX_REQUEST_ID_LEN: usize = 128;
-
 /// The request's id (set by `SetRequestIdLayer` when the client sent none),
-/// if it is short enough to keep.
+/// if the archive keeps it ([`event::kept_request_id`]).
 fn request_id(headers: &axum::http::HeaderMap) -> Option<&str> {
-    headers
-        .get("x-request-id")
-        .and_then(|value| value.to_str().ok())
-        .filter(|id| id.len() <= MAX_REQUEST_ID_LEN)
+    headers.get("x-request-id").and_then(|value| value.to_str().ok()).and_then(event::kept_request_id)
 }
 
 /// One span per request; provider, event_id and outcome are filled in once known.

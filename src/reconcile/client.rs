@@ -28,6 +28,11 @@ const MAX_RATE_LIMITED: u32 = 10;
 /// Most bytes of a provider's error answer quoted in an error.
 const QUOTED_ERROR_BYTES: usize = 300;
 
+/// Most bytes of one page. A real page is far smaller (Paddle's 200 events
+/// or Stripe's 100 run to a few MB at most); the bound keeps an API that
+/// sends more (a huge or endless body) from taking the process's memory.
+pub const MAX_PAGE_BYTES: usize = 64 * 1024 * 1024;
+
 /// Why a provider's API could not be read. Nothing in it quotes the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderApiError {
@@ -62,6 +67,15 @@ pub enum ProviderApiError {
         attempts: u32,
         /// The last failure.
         last: String,
+    },
+    /// A page larger than [`MAX_PAGE_BYTES`]: the run stops rather than
+    /// read on.
+    #[error("the {provider} API answered a page larger than {limit} bytes: reading stopped there")]
+    TooLarge {
+        /// The provider.
+        provider: &'static str,
+        /// The limit, [`MAX_PAGE_BYTES`].
+        limit: usize,
     },
     /// The answer is not what the API documents.
     #[error("the {provider} API answered something unexpected: {problem}")]
@@ -185,8 +199,14 @@ impl ApiClient {
             let (wait, last) = match sent {
                 Ok(answer) if answer.status().is_success() => {
                     let headers = answer.headers().clone();
-                    match answer.bytes().await {
-                        Ok(body) => return Ok(Answer { body, headers }),
+                    match read_up_to(answer, MAX_PAGE_BYTES).await {
+                        Ok((body, true)) => return Ok(Answer { body, headers }),
+                        Ok((_, false)) => {
+                            return Err(ProviderApiError::TooLarge {
+                                provider: self.provider,
+                                limit: MAX_PAGE_BYTES,
+                            });
+                        }
                         Err(error) => {
                             failures += 1;
                             (backoff(failures), without_url(error))
@@ -236,8 +256,9 @@ impl ApiClient {
         if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
             return ProviderApiError::Unauthorized { provider: self.provider, status, setting: self.setting };
         }
-        let body = answer.bytes().await.unwrap_or_default();
-        let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_ERROR_BYTES)]);
+        // Only what is quoted is read: an error's body is no more bounded than a page's.
+        let (body, _) = read_up_to(answer, QUOTED_ERROR_BYTES).await.unwrap_or_default();
+        let text = String::from_utf8_lossy(&body);
         ProviderApiError::Refused {
             provider: self.provider,
             status,
@@ -245,6 +266,20 @@ impl ApiClient {
             message: crate::operations::display::visible(&text).into_owned(),
         }
     }
+}
+
+/// The first `limit` bytes of the answer's body, read as they arrive, and
+/// whether that was all of it: nothing past the limit is read.
+async fn read_up_to(mut answer: reqwest::Response, limit: usize) -> reqwest::Result<(bytes::Bytes, bool)> {
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = answer.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            body.extend_from_slice(&chunk[..limit - body.len()]);
+            return Ok((body.freeze(), false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body.freeze(), true))
 }
 
 /// Whether `answer` says to slow down: a 429, or a 403 with `Retry-After`

@@ -21,18 +21,20 @@ mod gap;
 mod github;
 mod log;
 mod paddle;
+mod pages;
 pub mod periodic;
 mod redeliver;
 mod run;
 pub mod state;
 mod stripe;
 
-pub use client::{ApiClient, ProviderApiError, UnexpectedAnswer};
+pub use client::{ApiClient, MAX_PAGE_BYTES, ProviderApiError, UnexpectedAnswer};
 pub use configure::{Log, LogError, PROVIDERS};
 pub use gap::{Gap, gap};
 pub use github::{AttemptsPage, DeliveryAttempt, GitHubHook, HookScope};
 pub use log::{EventLog, Order, Page, Start};
 pub use paddle::PaddleLog;
+pub use pages::MAX_PAGES;
 pub use run::{
     FIRST_RUN_LOOKBACK, FailedEvent, OVERLAP, Options, Reader, ReconcileError, Summary, reconcile,
 };

@@ -14,8 +14,10 @@ use sqlx::PgConnection;
 use super::client::ProviderApiError;
 use super::github::GitHubHook;
 use super::log::{Order, Start};
+use super::pages::Pages;
 use super::run::{self, FailedEvent, OVERLAP, Options, Reader, ReconcileError, Summary};
 use super::state::{self, Mark, Tracker};
+use crate::event;
 use crate::inbox::RoutingTable;
 
 impl Reader for GitHubHook {
@@ -41,10 +43,23 @@ impl Reader for GitHubHook {
         let mut summary = Summary::new(provider, options, &start);
         // Every attempt at a delivery has its guid: one request per guid.
         let mut read_guids = HashSet::new();
+        let mut pages = Pages::default();
         let mut next: Option<String> = None;
         loop {
-            let page = self.attempts(next.as_deref()).await?;
+            let mut page = self.attempts(next.as_deref()).await?;
             summary.pages += 1;
+            // A guid the inbox could not hold as an event id (a NUL, too
+            // long) is no delivery a webhook could record: left alone, as
+            // an unreadable event is.
+            page.attempts.retain(|attempt| {
+                match event::required(Some(attempt.guid.as_str().into()), "guid") {
+                    Ok(_) => true,
+                    Err(error) => {
+                        summary.left_unreadable(None, format!("delivery {}: {error}", attempt.id));
+                        false
+                    }
+                }
+            });
             let guids: Vec<&str> = page.attempts.iter().map(|attempt| attempt.guid.as_str()).collect();
             let recorded = run::recorded(conn, provider, &guids).await?;
             let mut reached_start = false;
@@ -81,7 +96,7 @@ impl Reader for GitHubHook {
             // The progress line, after each page.
             summary.log("reconciling");
             match page.next {
-                Some(page_next) if !reached_start => next = Some(page_next),
+                Some(page_next) if !reached_start => next = Some(pages.next(provider, page_next)?),
                 _ => break,
             }
         }

@@ -12,9 +12,10 @@ use tracing::instrument;
 
 use super::client::ProviderApiError;
 use super::log::{EventLog, Order, Page, Start};
+use super::pages::Pages;
 use super::state::{self, Mark, Tracker};
 use crate::db::SessionLock;
-use crate::event::{Event, Payload};
+use crate::event::{self, Event, Payload};
 use crate::inbox::{self, Delivery, InboxError, Recorded, RoutingTable, Source};
 use crate::providers;
 
@@ -47,6 +48,14 @@ pub enum ReconcileError {
     /// The database failed.
     #[error(transparent)]
     Inbox(#[from] InboxError),
+    /// The provider's API kept naming next pages ([`Pages`]).
+    #[error("the {provider} API pages without end: {problem}")]
+    EndlessPages {
+        /// The provider.
+        provider: &'static str,
+        /// What it did.
+        problem: &'static str,
+    },
 }
 
 impl From<sqlx::Error> for ReconcileError {
@@ -88,8 +97,12 @@ pub struct Summary {
     /// Events whose effect failed: archived FAILED, as a webhook's would be;
     /// GitHub: redeliveries GitHub refused to make.
     pub failed: usize,
-    /// Events the provider's format cannot read (not archived).
+    /// Events the provider's format cannot read, or PostgreSQL cannot
+    /// store (not archived), as a webhook of them is answered 400; the run
+    /// goes on with the others, and the command fails at its end.
     pub unreadable: usize,
+    /// The unreadable events whose id is known, with why (never their content).
+    pub unreadable_events: Vec<FailedEvent>,
     /// The FAILED events, with their errors.
     pub failures: Vec<FailedEvent>,
     /// Milliseconds the run took.
@@ -119,13 +132,28 @@ impl Summary {
             redelivery_requested = self.redelivery_requested,
             missing = self.missing,
             failed = self.failed,
+            unreadable = self.unreadable,
             took_ms = self.took_ms,
             "{message}"
         );
     }
 }
 
-/// An event the run archived FAILED, or whose redelivery GitHub refused.
+impl Summary {
+    /// Counts an event the run could not read or store, `reason` never
+    /// quoting its content, and logs it.
+    pub(super) fn left_unreadable(&mut self, event_id: Option<&str>, reason: String) {
+        tracing::warn!(event_id, reason, "an event of the provider's API is unreadable: left alone");
+        self.unreadable += 1;
+        if let Some(event_id) = event_id {
+            let event_id = event_id.to_string();
+            self.unreadable_events.push(FailedEvent { event_id, archive_id: None, error: reason });
+        }
+    }
+}
+
+/// An event the run archived FAILED, or whose redelivery GitHub refused;
+/// or one it could not read or store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailedEvent {
     /// The provider's event id.
@@ -239,6 +267,7 @@ async fn read(
     let mut summary = Summary::new(provider, options, &start);
     let mut tracker = Tracker::new(log.order(), OVERLAP, from);
     let mut read_ids = HashSet::new();
+    let mut pages = Pages::default();
     let mut next: Option<String> = None;
     loop {
         let page = log.read(&start, next.as_deref()).await?;
@@ -267,7 +296,7 @@ async fn read(
                 if !options.dry_run && log.order() == Order::OldestFirst {
                     state::store_mark(conn, provider, &tracker.mark()).await?;
                 }
-                next = Some(page_next);
+                next = Some(pages.next(provider, page_next)?);
             }
             None => {
                 if !options.dry_run {
@@ -317,11 +346,8 @@ async fn deliver_page(
             .and_then(|payload| Ok((format.read_request(&HeaderMap::new(), &payload)?, payload)));
         match read {
             Ok((event, payload)) => events.push((payload, event)),
-            Err(error) => {
-                // The error names a field, never the payload.
-                tracing::warn!(%error, "an event of the provider's API is unreadable: left alone");
-                summary.unreadable += 1;
-            }
+            // The error names a field, never the payload.
+            Err(error) => summary.left_unreadable(None, error.to_string()),
         }
     }
     let ids: Vec<&str> = events.iter().map(|(_, event)| event.id.as_str()).collect();
@@ -354,15 +380,21 @@ async fn deliver_page(
             event,
             payload,
             source: Source::Api,
-            request_id: page.request_id.clone(),
+            request_id: page.request_id.as_deref().and_then(event::kept_request_id).map(str::to_owned),
         };
-        match inbox::deliver(conn, &routing.route(delivery)).await? {
-            Recorded::Processed { .. } => summary.recovered += 1,
-            Recorded::Duplicate { .. } => summary.already_recorded += 1,
-            Recorded::Failed { archive_id, error } => {
+        match inbox::deliver(conn, &routing.route(delivery)).await {
+            Ok(Recorded::Processed { .. }) => summary.recovered += 1,
+            Ok(Recorded::Duplicate { .. }) => summary.already_recorded += 1,
+            Ok(Recorded::Failed { archive_id, error }) => {
                 summary.failed += 1;
                 summary.failures.push(FailedEvent { event_id, archive_id: Some(archive_id), error });
             }
+            // Why go on: the same event would stop every later run at the
+            // same place, and the events after it would never be recovered.
+            Err(error @ InboxError::UnstorablePayload) => {
+                summary.left_unreadable(Some(&event_id), error.to_string())
+            }
+            Err(error) => return Err(error.into()),
         }
     }
     Ok(())

@@ -27,6 +27,7 @@ mod forwarding_operations;
 mod forwarding_ordering;
 mod hostile_input;
 mod hostile_input_admin;
+mod hostile_input_reconcile;
 mod metrics;
 mod migrate;
 mod ordering;
