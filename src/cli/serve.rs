@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client;
 use crate::config::{
-    ConsoleConfig, DatabaseConfig, OutboxConfig, ReconcileConfig, RetentionConfig, ServeConfig,
+    ConsoleConfig, DatabaseConfig, IpList, OutboxConfig, ReconcileConfig, RetentionConfig, ServeConfig,
 };
 use crate::db::{self, Database, partitions};
 use crate::destinations::{self, Declaration, Forwarding};
@@ -77,6 +77,9 @@ pub async fn run(
     );
     if let Some(token) = admin_token {
         state = state.with_admin_token(token).with_console(console_settings(&config.console));
+    }
+    if let Some(IpList(proxies)) = config.trusted_proxy.clone() {
+        state = state.with_trusted_proxies(proxies);
     }
     if let Some(token) = metrics_token {
         state = state.with_metrics_token(token);

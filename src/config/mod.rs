@@ -69,6 +69,10 @@ pub struct ServeConfig<P: Args + FromArgMatches + Clone + std::fmt::Debug + Send
     #[command(flatten)]
     pub console: ConsoleConfig,
 
+    /// Proxies whose X-Forwarded-For names the client of an operator request (admin API, console sign-in, /metrics), so that wrong tokens slow that client, not the proxy: comma-separated IP addresses. Unset or empty: the connection's peer is the client and X-Forwarded-For is ignored.
+    #[arg(long, env = "TRUSTED_PROXY", value_parser = ip_list, help_heading = "Operations")]
+    pub trusted_proxy: Option<IpList>,
+
     /// Bearer token GET /metrics requires. Unset: /metrics is open (keep it off the public internet).
     #[arg(long, env = "METRICS_TOKEN", hide_env_values = true, value_parser = secret, help_heading = "Operations")]
     pub metrics_token: Option<SecretString>,
@@ -232,6 +236,19 @@ pub enum LogFormat {
 /// that do not quote it.
 pub fn secret(text: &str) -> Result<SecretString, std::convert::Infallible> {
     Ok(SecretString::from(text))
+}
+
+/// IP addresses, from a comma-separated list (empty: none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IpList(pub Vec<std::net::IpAddr>);
+
+/// Parses `TRUSTED_PROXY`: `10.0.0.1,10.0.0.2`; an empty text is no address.
+pub fn ip_list(text: &str) -> Result<IpList, String> {
+    let addresses = text.split(',').map(str::trim).filter(|part| !part.is_empty());
+    addresses
+        .map(|part| part.parse().map_err(|_| format!("{part:?} is not an IP address")))
+        .collect::<Result<_, _>>()
+        .map(IpList)
 }
 
 #[cfg(test)]

@@ -1,13 +1,18 @@
 //! Bearer tokens for the operator endpoints (`/admin`, `/metrics`, and the console's sign-in).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::AppState;
 use super::error::ApiError;
+use super::guessing::Refusal;
+use tokio::time::Instant;
 
 /// A configured token; only its SHA-256 digest is kept.
 #[derive(Clone)]
@@ -32,15 +37,31 @@ impl BearerToken {
         Ok(BearerToken(Arc::new(Sha256::digest(token.as_bytes()).into())))
     }
 
+    /// Checks `Authorization: Bearer <token>` of a request to `surface`
+    /// (`admin`, `metrics`), slowed for an address that sent too many wrong
+    /// ones ([`Guessing`]); a refusal is counted and logged with the
+    /// client's address (never the token).
+    pub fn check_guarded(
+        &self,
+        state: &AppState,
+        surface: &'static str,
+        request: &Parts,
+    ) -> Result<(), ApiError> {
+        // No token is no guess: not counted.
+        let presented = presented(&request.headers).ok_or(ApiError::BadToken("missing bearer token"))?;
+        let client = state.guessing.client(&request.headers, &request.extensions);
+        state.guessing.check(client, Instant::now(), || self.matches(presented)).map_err(|refusal| {
+            note_refusal(state, surface, client, refusal);
+            match refusal {
+                Refusal::Wrong => ApiError::BadToken("invalid bearer token"),
+                Refusal::Throttled(wait) => ApiError::TooManyGuesses(wait),
+            }
+        })
+    }
+
     /// Checks `Authorization: Bearer <token>`.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .ok_or(ApiError::BadToken("missing bearer token"))?;
+        let presented = presented(headers).ok_or(ApiError::BadToken("missing bearer token"))?;
         match self.matches(presented) {
             true => Ok(()),
             false => Err(ApiError::BadToken("invalid bearer token")),
@@ -54,6 +75,37 @@ impl BearerToken {
     pub fn matches(&self, presented: &str) -> bool {
         let digest = Sha256::digest(presented.as_bytes());
         bool::from(digest.as_slice().ct_eq(self.0.as_slice()))
+    }
+}
+
+/// The bearer token of `Authorization`, if the header holds one.
+fn presented(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+}
+
+/// Counts and logs an operator token of `surface` refused from `client`
+/// (its address, never the token).
+pub fn note_refusal(state: &AppState, surface: &'static str, client: Option<IpAddr>, refusal: Refusal) {
+    let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
+    match refusal {
+        Refusal::Wrong => {
+            state.metrics.token_refused(surface, "wrong");
+            tracing::warn!(surface, client, "wrong operator token");
+        }
+        Refusal::Throttled(wait) => {
+            state.metrics.token_refused(surface, "throttled");
+            tracing::warn!(
+                surface,
+                client,
+                wait_secs = wait.as_secs_f64(),
+                "operator token refused: too many wrong ones from this address"
+            );
+        }
     }
 }
 

@@ -50,6 +50,10 @@ pub enum ApiError {
     /// An operator endpoint without the right bearer token: 401.
     #[error("{0}")]
     BadToken(&'static str),
+    /// Too many wrong operator tokens from the client's address: 429 with
+    /// `Retry-After` (see `guessing`).
+    #[error("too many wrong tokens from this address: retry after {} s", retry_after_secs(*.0))]
+    TooManyGuesses(std::time::Duration),
     /// An operator request with an invalid parameter or body: 400.
     #[error("{0}")]
     BadRequest(String),
@@ -92,6 +96,7 @@ impl ApiError {
                 StatusCode::NOT_FOUND
             }
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooManyGuesses(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -116,7 +121,7 @@ impl ApiError {
     /// The word recorded as the request span's `outcome`.
     pub fn outcome(&self) -> &'static str {
         match self {
-            ApiError::Unauthorized(_) | ApiError::BadToken(_) => "rejected",
+            ApiError::Unauthorized(_) | ApiError::BadToken(_) | ApiError::TooManyGuesses(_) => "rejected",
             ApiError::EffectFailed { .. } => "failed",
             ApiError::Inbox(InboxError::Busy | InboxError::Contended(_)) => "busy",
             ApiError::Inbox(
@@ -161,8 +166,16 @@ impl IntoResponse for ApiError {
         if let ApiError::BadToken(_) = self {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if let ApiError::TooManyGuesses(wait) = self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(wait)));
+        }
         response
     }
+}
+
+/// Whole seconds to wait, rounded up (a `Retry-After` of 0 would say "now").
+pub fn retry_after_secs(wait: std::time::Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
 /// The 400 reason of an operator request holding a value PostgreSQL cannot store.

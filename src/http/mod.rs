@@ -4,6 +4,7 @@ mod admin;
 mod auth;
 mod console;
 mod error;
+mod guessing;
 mod health;
 mod metrics;
 mod serve;
@@ -31,6 +32,7 @@ use crate::providers::{self, Registry};
 pub use auth::{BearerToken, InvalidToken};
 pub use console::{ConsoleSettings, SESSION_COOKIE};
 pub use error::ApiError;
+use guessing::Guessing;
 pub use serve::{ConnectionLimits, serve};
 use unknown_fields::{NoQuery, UnknownFields};
 
@@ -68,6 +70,8 @@ pub struct AppState {
     pub metrics_token: Option<BearerToken>,
     /// Where events are forwarded; by default nowhere.
     pub forwarding: Forwarding,
+    /// Wrong operator tokens by client address, which slow that address.
+    pub guessing: Arc<Guessing>,
 }
 
 impl AppState {
@@ -85,6 +89,7 @@ impl AppState {
             console: ConsoleSettings::default(),
             metrics_token: None,
             forwarding: Forwarding::default(),
+            guessing: Arc::default(),
         }
     }
 
@@ -108,6 +113,13 @@ impl AppState {
     /// Sets how the console keeps its sessions.
     pub fn with_console(mut self, settings: ConsoleSettings) -> Self {
         self.console = settings;
+        self
+    }
+
+    /// Reads the client address of an operator request from the
+    /// `X-Forwarded-For` of these proxies (and of no other peer).
+    pub fn with_trusted_proxies(mut self, proxies: Vec<std::net::IpAddr>) -> Self {
+        self.guessing = Arc::new(Guessing::new(proxies));
         self
     }
 

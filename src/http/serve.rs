@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -70,7 +71,7 @@ pub async fn serve(
     let mut saturated = false;
 
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -113,7 +114,10 @@ pub async fn serve(
             app.clone()
                 .map_request(move |request: hyper::Request<Incoming>| {
                     started.request_started();
-                    request.map(axum::body::Body::new)
+                    let mut request = request.map(axum::body::Body::new);
+                    // Whom operator tokens are counted against (`guessing`).
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    request
                 })
                 .map_response(move |response| {
                     answered.answered();

@@ -30,6 +30,9 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// Batches recorded one delivery at a time after failing together.
 const BATCH_FALLBACKS: &str = "webhook_batch_fallbacks_total";
 
+/// Operator tokens refused, by surface and refusal.
+const TOKEN_REFUSALS: &str = "webhook_operator_token_refusals_total";
+
 /// Seconds from a request's start to its answer: a healthy delivery is a
 /// few milliseconds; seconds mean waiting on a lock or the pool.
 const DURATION_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
@@ -110,6 +113,17 @@ impl Metrics {
         self.recorder.register_counter(&metrics::Key::from_static_name(BATCH_FALLBACKS), &METADATA)
     }
 
+    /// Counts an operator token refused on `surface` (`admin`, `console`,
+    /// `metrics`) because it was `wrong` or its address was `throttled`.
+    pub fn token_refused(&self, surface: &'static str, refusal: &'static str) {
+        let labels = [
+            metrics::Label::from_static_parts("surface", surface),
+            metrics::Label::from_static_parts("refusal", refusal),
+        ];
+        let key = metrics::Key::from_parts(TOKEN_REFUSALS, labels.to_vec());
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
     /// The handles of destination `name`, registered on first use.
     pub fn destination(&self, name: &str) -> Arc<DestinationMetrics> {
         self.destinations.get(name, || DestinationMetrics::register(&self.recorder, name))
@@ -183,6 +197,11 @@ fn describe(recorder: &PrometheusRecorder) {
         SILENCE,
         Some(Unit::Seconds),
         "Seconds since this process last verified a delivery of the provider (or started).",
+    );
+    describe(
+        TOKEN_REFUSALS,
+        None,
+        "Operator tokens refused, by surface (admin, console, metrics) and refusal: wrong (401), or throttled (429: too many wrong ones from the address).",
     );
     describe(
         BATCH_FALLBACKS,

@@ -42,6 +42,7 @@ async fn authorize(
     next: Next,
 ) -> Result<Response, ApiError> {
     let token = state.admin_token.as_ref().ok_or(ApiError::NotFound)?;
-    token.check(request.headers())?;
-    Ok(next.run(request).await)
+    let (parts, body) = request.into_parts();
+    token.check_guarded(&state, "admin", &parts)?;
+    Ok(next.run(Request::from_parts(parts, body)).await)
 }

@@ -10,17 +10,22 @@
 use axum::Form;
 use axum::body::{Body, Bytes};
 use axum::extract::{OriginalUri, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::error::ConsoleError;
 use super::templates;
 use crate::http::AppState;
+use crate::http::auth::note_refusal;
+use crate::http::error::retry_after_secs;
+use crate::http::guessing::Refusal;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "console_session";
@@ -179,20 +184,33 @@ pub struct SignIn {
 /// cookie, then back to the page asked for; otherwise 401 and the form again.
 pub async fn sign_in(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    request: Parts,
     form: Result<Form<SignIn>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, ConsoleError> {
+    let headers = &request.headers;
     let Form(form) = form.map_err(|e| ConsoleError::BadRequest(e.body_text()))?;
-    let expected = cookie(&headers, SIGN_IN_COOKIE).ok_or(ConsoleError::Forbidden)?;
+    let expected = cookie(headers, SIGN_IN_COOKIE).ok_or(ConsoleError::Forbidden)?;
     if !same(&form.csrf, expected) {
         return Err(ConsoleError::Forbidden);
     }
     let admin_token = state.admin_token.as_ref().ok_or(ConsoleError::NotFound)?;
     let next = next_page(form.next.as_deref()).to_string();
-    if !admin_token.matches(&form.token) {
-        tracing::warn!("console sign-in with a wrong token");
-        let page = templates::sign_in(&form.csrf, &next, Some("That is not the admin token."));
-        return Ok((axum::http::StatusCode::UNAUTHORIZED, page).into_response());
+    let client = state.guessing.client(headers, &request.extensions);
+    if let Err(refusal) = state.guessing.check(client, Instant::now(), || admin_token.matches(&form.token)) {
+        note_refusal(&state, "console", client, refusal);
+        let (status, message, wait) = match refusal {
+            Refusal::Wrong => (StatusCode::UNAUTHORIZED, "That is not the admin token.".to_string(), None),
+            Refusal::Throttled(wait) => {
+                let secs = retry_after_secs(wait);
+                let message = format!("Too many wrong tokens from this address: try again in {secs} s.");
+                (StatusCode::TOO_MANY_REQUESTS, message, Some(secs))
+            }
+        };
+        let mut page = (status, templates::sign_in(&form.csrf, &next, Some(&message))).into_response();
+        if let Some(secs) = wait {
+            page.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        return Ok(page);
     }
     let secret = random_secret();
     let ttl = state.console.session_ttl;
