@@ -284,3 +284,34 @@ fn a_data_dir_another_account_could_have_prepared_is_refused_and_left_as_it_was(
         println!("STARTUP\t{}\t{}", case.name, case.reason);
     }
 }
+
+/// A destination's duration no timestamp can be offset by (issue 25: it
+/// passed validation, then failed every send) stops `serve` naming its line.
+#[test]
+fn a_destination_duration_past_a_week_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for (field, value, reason) in [
+        ("retry_schedule", "[\"300000y\"]", "`retry_schedule`: \"300000y\" is not a duration up to 7d"),
+        (
+            "circuit_breaker",
+            "{ cooldown = \"300000y\" }",
+            "`circuit_breaker.cooldown`: is not a duration up to 7d",
+        ),
+    ] {
+        let file = dir.path().join(format!("{field}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "[[destinations]]\nname = \"app\"\nurl = \"http://127.0.0.1:9/\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nevents = [\"paddle:*\"]\n{field} = {value}\n"
+            ),
+        )
+        .unwrap();
+        let output = serve(&[
+            ("CONFIG_FILE", file.to_str().unwrap()),
+            ("PADDLE_WEBHOOK_SECRET", "pdl_ntfset_0123456789abcdef"),
+        ]);
+        let printed = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && printed.contains(reason), "{field}:\n{printed}");
+        println!("STARTUP\ta destination's {field} = {value}\t{reason}");
+    }
+}

@@ -79,4 +79,8 @@ async fn wrong_console_sign_ins_get_the_address_refused_with_a_page_saying_when_
         "{}",
         refused.body
     );
+    println!(
+        "HOSTILE\t6 wrong console sign-ins from one address, then the right token\t429\t\
+         the form again: Too many wrong tokens from this address: try again in 1 s."
+    );
 }
