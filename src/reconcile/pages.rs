@@ -6,11 +6,19 @@
 
 use std::collections::HashSet;
 
-use super::run::ReconcileError;
-
 /// Most pages one run reads: 2 million events at Paddle's 200 a page, far
 /// beyond the 90 days it keeps.
 pub const MAX_PAGES: usize = 10_000;
+
+/// Why a run stopped paging.
+#[derive(Debug, thiserror::Error)]
+#[error("the {provider} API pages without end: {problem}")]
+pub struct EndlessPages {
+    /// The provider.
+    pub provider: &'static str,
+    /// What it did.
+    pub problem: &'static str,
+}
 
 /// The next pages a run was given.
 #[derive(Debug, Default)]
@@ -21,19 +29,13 @@ pub struct Pages {
 impl Pages {
     /// `next`, if the run may read it: named for the first time, and
     /// within [`MAX_PAGES`]; else the run ends with the error saying why.
-    pub fn next(&mut self, provider: &'static str, next: String) -> Result<String, ReconcileError> {
+    pub fn next(&mut self, provider: &'static str, next: String) -> Result<String, EndlessPages> {
         // The first page was named by no cursor.
         if self.named.len() + 1 >= MAX_PAGES {
-            return Err(ReconcileError::EndlessPages {
-                provider,
-                problem: "more than 10000 pages in one run",
-            });
+            return Err(EndlessPages { provider, problem: "more than 10000 pages in one run" });
         }
         if !self.named.insert(next.clone()) {
-            return Err(ReconcileError::EndlessPages {
-                provider,
-                problem: "it named a page it had named before",
-            });
+            return Err(EndlessPages { provider, problem: "it named a page it had named before" });
         }
         Ok(next)
     }

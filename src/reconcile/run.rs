@@ -12,7 +12,7 @@ use tracing::instrument;
 
 use super::client::ProviderApiError;
 use super::log::{EventLog, Order, Page, Start};
-use super::pages::Pages;
+use super::pages::{EndlessPages, Pages};
 use super::state::{self, Mark, Tracker};
 use crate::db::SessionLock;
 use crate::event::{self, Event, Payload};
@@ -49,13 +49,8 @@ pub enum ReconcileError {
     #[error(transparent)]
     Inbox(#[from] InboxError),
     /// The provider's API kept naming next pages ([`Pages`]).
-    #[error("the {provider} API pages without end: {problem}")]
-    EndlessPages {
-        /// The provider.
-        provider: &'static str,
-        /// What it did.
-        problem: &'static str,
-    },
+    #[error(transparent)]
+    EndlessPages(#[from] EndlessPages),
 }
 
 impl From<sqlx::Error> for ReconcileError {
