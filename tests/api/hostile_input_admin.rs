@@ -112,7 +112,7 @@ fn cases(failed: i64) -> Vec<Case> {
         case(
             "admin events cursor before 4714 BC",
             get(&format!("/admin/events?cursor={ANCIENT_CURSOR}")),
-            "Failed to deserialize query string: cursor: invalid cursor",
+            "Failed to deserialize query string: invalid cursor",
         ),
         case(
             "admin reprocess of one event with ?dry_run=true (the route has no dry run)",
