@@ -20,6 +20,7 @@ mod keepalive;
 mod kill;
 mod logs;
 mod outbox_shutdown;
+mod panic_log;
 mod panics;
 mod postgres_restart;
 mod reconcile;
