@@ -10,6 +10,7 @@
 
 mod support;
 
+mod database_vanishes;
 mod disconnect;
 mod forwarding_hang;
 mod forwarding_kill;

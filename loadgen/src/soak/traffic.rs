@@ -50,7 +50,8 @@ pub struct Mix {
     pub payload_bytes: usize,
 }
 
-/// Sends the mix until `seconds` have passed; answers go to `window`.
+/// Sends the mix until `seconds` have passed (a slow service gets fewer
+/// requests, not a longer run); answers go to `window`.
 /// Returns the number of distinct events sent.
 pub async fn run(mix: Mix, seconds: u64, window: Arc<Mutex<Window>>) -> anyhow::Result<usize> {
     let (jobs, queue) = mpsc::channel::<Job>(mix.rate.max(1));
@@ -79,7 +80,10 @@ pub async fn run(mix: Mix, seconds: u64, window: Arc<Mutex<Window>>) -> anyhow::
     let mut previous: Option<Arc<Vec<SignedRequest>>> = None;
     let mut tick = tokio::time::interval(spacing);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    for second in 0..seconds {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    let mut second = 0u64;
+    while tokio::time::Instant::now() < deadline {
+        second += 1;
         // Signed now: a batch is sent within the second, its copies the next.
         let run_id = format!("soak{:x}s{second}", events::unix_nanos());
         let effects = events::build(
@@ -106,7 +110,6 @@ pub async fn run(mix: Mix, seconds: u64, window: Arc<Mutex<Window>>) -> anyhow::
             batch.push(next);
         }
         let batch = Arc::new(batch);
-        events += batch.len();
         // Every tenth request repeats an event of the second before, spread
         // over the batch (effects and not alike).
         let mut order: Vec<Job> = (0..batch.len()).map(|i| (batch.clone(), i)).collect();
@@ -117,7 +120,10 @@ pub async fn run(mix: Mix, seconds: u64, window: Arc<Mutex<Window>>) -> anyhow::
             }
         }
         for job in order {
-            tick.tick().await;
+            if tick.tick().await >= deadline {
+                break;
+            }
+            events += usize::from(Arc::ptr_eq(&job.0, &batch));
             jobs.send(job).await?;
         }
         previous = Some(batch);

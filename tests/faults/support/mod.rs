@@ -25,7 +25,9 @@ pub mod socket;
 pub mod cluster;
 pub mod forwarding;
 pub mod ledger;
+pub mod netns;
 pub mod provider;
+pub mod remote_postgres;
 pub mod service;
 pub mod watch;
 
