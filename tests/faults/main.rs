@@ -23,6 +23,7 @@ mod logs;
 mod outbox_shutdown;
 mod panic_log;
 mod panics;
+mod postgres_crash;
 mod postgres_restart;
 mod reconcile;
 mod replicas;
