@@ -12,6 +12,7 @@ mod support;
 
 mod database_vanishes;
 mod disconnect;
+mod disk_full;
 mod forwarding_hang;
 mod forwarding_kill;
 mod forwarding_postgres_restart;

@@ -18,17 +18,25 @@ pub struct Cluster {
 impl Cluster {
     /// initdb and start (a second or two), with `fsync` off like every test cluster.
     pub async fn start() -> Cluster {
-        Cluster::start_with(EmbeddedOptions { durable: false, stop_with_parent: true }).await
+        let dir = tempfile::tempdir().expect("temporary directory");
+        Cluster::start_with(EmbeddedOptions { durable: false, stop_with_parent: true }, dir).await
     }
 
     /// initdb and start with `fsync` and full-page writes on, as the
     /// service's own cluster runs: for the faults that crash PostgreSQL.
     pub async fn start_durable() -> Cluster {
-        Cluster::start_with(EmbeddedOptions { durable: true, stop_with_parent: true }).await
+        let dir = tempfile::tempdir().expect("temporary directory");
+        Cluster::start_with(EmbeddedOptions { durable: true, stop_with_parent: true }, dir).await
     }
 
-    async fn start_with(embedded: EmbeddedOptions) -> Cluster {
-        let dir = tempfile::tempdir().expect("temporary directory");
+    /// initdb and start (`fsync` off) in a new directory inside `parent`:
+    /// on a disk of the test's choosing.
+    pub async fn start_in(parent: &std::path::Path) -> Cluster {
+        let dir = tempfile::tempdir_in(parent).expect("temporary directory");
+        Cluster::start_with(EmbeddedOptions { durable: false, stop_with_parent: true }, dir).await
+    }
+
+    async fn start_with(embedded: EmbeddedOptions, dir: TempDir) -> Cluster {
         let (root, options) = (dir.path().join("cluster"), embedded.clone());
         let server = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&root, &options))
             .await

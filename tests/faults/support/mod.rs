@@ -29,6 +29,7 @@ pub mod netns;
 pub mod provider;
 pub mod remote_postgres;
 pub mod service;
+pub mod tmpfs;
 pub mod watch;
 
 pub use cluster::Cluster;
