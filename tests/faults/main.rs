@@ -15,6 +15,7 @@ mod disconnect;
 mod disk_full;
 mod forwarding_hang;
 mod forwarding_kill;
+mod forwarding_path_vanishes;
 mod forwarding_postgres_restart;
 mod forwarding_replicas;
 mod idle_connections;

@@ -5,6 +5,7 @@
 //! removed when the guard drops, also when the test fails.
 
 use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -70,6 +71,26 @@ impl Namespace {
         for chain in ["INPUT", "OUTPUT"] {
             run(&["ip", "netns", "exec", &self.name, "iptables", "-w", "-D", chain, "-j", "DROP"]);
         }
+    }
+
+    /// A TCP listener on the namespace's address (`port` 0: any free one):
+    /// bound from a thread that has entered the namespace, so the socket
+    /// lives there (a socket stays in the namespace it was made in,
+    /// whichever thread then uses it).
+    pub fn listen(&self, port: u16) -> tokio::net::TcpListener {
+        let path = format!("/run/netns/{}", self.name);
+        let addr = (self.addr, port);
+        let listener = std::thread::spawn(move || {
+            let handle = std::fs::File::open(&path).expect("the namespace's handle");
+            nix::sched::setns(handle.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                .expect("enter the namespace");
+            let listener = std::net::TcpListener::bind(addr).expect("bind in the namespace");
+            listener.set_nonblocking(true).unwrap();
+            listener
+        })
+        .join()
+        .expect("the thread that binds in the namespace");
+        tokio::net::TcpListener::from_std(listener).unwrap()
     }
 }
 
