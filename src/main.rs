@@ -8,12 +8,5 @@ async fn main() -> anyhow::Result<()> {
     dotenvy::dotenv().ok();
     let cli = cli::parse();
     webhook_inbox::telemetry::init(cli.log_format);
-    // Rust's default hook prints a panic's message to stderr, past the
-    // logger; a message could quote a payload. Log where, not what (a
-    // panicking effect's message is kept in its FAILED row's error_message).
-    std::panic::set_hook(Box::new(|panic| {
-        let location = panic.location().map(ToString::to_string).unwrap_or_default();
-        tracing::error!(%location, "panicked");
-    }));
     cli::run(cli).await
 }

@@ -22,7 +22,7 @@ use crate::pgbench::psql;
 use crate::results::replace_between;
 use crate::service::{Binary, CLERK_SECRET, PADDLE_SECRET, Service};
 
-const ADMIN_TOKEN: &str = "console-bench-admin-token-0123456789";
+pub(crate) const ADMIN_TOKEN: &str = "console-bench-admin-token-0123456789";
 
 /// Two destinations, at a loopback port nobody listens on; paused before
 /// any job exists, so the service never sends.
@@ -236,7 +236,7 @@ fn fill(conninfo: &str, rows: u64, days: u64) -> anyhow::Result<()> {
 }
 
 /// Signs in as the form does; the session cookie (`console_session=...`).
-async fn sign_in(addr: SocketAddr) -> anyhow::Result<String> {
+pub(crate) async fn sign_in(addr: SocketAddr) -> anyhow::Result<String> {
     let (head, body) = request(addr, "GET /console/sign-in", "", None).await?;
     let sign_in_cookie = cookie(&head, "console_sign_in")?;
     let csrf = body
@@ -261,7 +261,7 @@ fn cookie(head: &str, name: &str) -> anyhow::Result<String> {
 }
 
 /// `GET path` in the session: the body of a 200.
-async fn get(addr: SocketAddr, path: &str, session: &str) -> anyhow::Result<String> {
+pub(crate) async fn get(addr: SocketAddr, path: &str, session: &str) -> anyhow::Result<String> {
     let (head, body) = request(addr, &format!("GET {path}"), session, None).await?;
     anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "{path}: {}", head.lines().next().unwrap_or(""));
     Ok(body)
@@ -296,7 +296,7 @@ async fn request(
 }
 
 /// The machine's 1-minute load average: other work slows every page.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|text| text.split_whitespace().next().map(String::from))

@@ -6,7 +6,8 @@
 //! benchmark: the PostgreSQL ceiling (pgbench running the service's own SQL)
 //! and the service, side by side on one server, and writes the table;
 //! `loadgen forwarding` measures forwarding to a receiver on loopback;
-//! `loadgen retention` measures retention on a ten-million-row archive.
+//! `loadgen retention` measures retention on a ten-million-row archive;
+//! `loadgen soak` runs an hour of steady traffic and samples the process.
 //!
 //! Requests are built and signed before the clock starts, so the measured
 //! time is the service's, not the generator's HMAC work.
@@ -23,6 +24,7 @@ mod report;
 mod results;
 mod retention;
 mod service;
+mod soak;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -46,6 +48,8 @@ enum Cli {
     Forwarding(forwarding::ForwardingArgs),
     /// Retention on a ten-million-row archive: dropping a day's partition against deleting the same rows in batches, and the hot reads' plans.
     Retention(retention::RetentionArgs),
+    /// An hour of steady traffic, sampled every ten seconds: writes RELIABILITY.md's soak section and its chart.
+    Soak(soak::SoakArgs),
 }
 
 /// What one load run sends.
@@ -123,6 +127,7 @@ async fn main() -> anyhow::Result<()> {
         Cli::Console(args) => console::run(args).await?,
         Cli::Forwarding(args) => forwarding::run(args).await?,
         Cli::Retention(args) => retention::run(args).await?,
+        Cli::Soak(args) => soak::run(args).await?,
     }
     Ok(())
 }
@@ -205,6 +210,7 @@ mod tests {
             ("forwarding", "summary", &[forwarding::SUMMARY]),
             ("console", "output", &[console::MARKERS]),
             ("retention", "output", &[retention::MARKERS]),
+            ("soak", "output", &[soak::MARKERS]),
         ] {
             let sub = cli.find_subcommand(subcommand).unwrap();
             let arg = sub.get_arguments().find(|a| a.get_id() == arg).unwrap();

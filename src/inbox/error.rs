@@ -95,11 +95,13 @@ impl ErrorClass {
             // database dropped; idle session timeout; too many connections;
             // idle-in-transaction and transaction timeouts (the session is
             // ended: sqlx may see them as an ERROR that arrived before the
-            // FATAL); read-only (a standby after failover).
+            // FATAL); read-only (a standby after failover); disk full (the
+            // server cannot write, whatever the event: not a FAILED row).
             Some(c) if c.starts_with("08") => ErrorClass::Unavailable,
-            Some("57P01" | "57P02" | "57P03" | "57P04" | "57P05" | "53300" | "25P03" | "25P04" | "25006") => {
-                ErrorClass::Unavailable
-            }
+            Some(
+                "57P01" | "57P02" | "57P03" | "57P04" | "57P05" | "53300" | "25P03" | "25P04" | "25006"
+                | "53100",
+            ) => ErrorClass::Unavailable,
             _ => ErrorClass::Other,
         }
     }

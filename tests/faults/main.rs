@@ -10,9 +10,12 @@
 
 mod support;
 
+mod database_vanishes;
 mod disconnect;
+mod disk_full;
 mod forwarding_hang;
 mod forwarding_kill;
+mod forwarding_path_vanishes;
 mod forwarding_postgres_restart;
 mod forwarding_replicas;
 mod idle_connections;
@@ -20,7 +23,9 @@ mod keepalive;
 mod kill;
 mod logs;
 mod outbox_shutdown;
+mod panic_log;
 mod panics;
+mod postgres_crash;
 mod postgres_restart;
 mod reconcile;
 mod replicas;

@@ -107,7 +107,12 @@ impl Receiver {
 
     /// A receiver on `addr` (a port a test kept closed until now).
     pub async fn start_on(addr: SocketAddr, secret: &str) -> Receiver {
-        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        Receiver::start_with(tokio::net::TcpListener::bind(addr).await.unwrap(), secret)
+    }
+
+    /// A receiver on `listener` (bound where the test needs it, e.g. in a
+    /// network namespace).
+    pub fn start_with(listener: tokio::net::TcpListener, secret: &str) -> Receiver {
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             secret: secret.to_string(),

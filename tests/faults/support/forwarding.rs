@@ -26,6 +26,12 @@ pub const ORDERED: &str = "/ordered";
 /// Where destination `unordered` posts.
 pub const UNORDERED: &str = "/unordered";
 
+/// Where destination `steady` posts, when declared.
+pub const STEADY: &str = "/steady";
+
+/// Failed attempts in a row that open a destination's circuit.
+pub const CIRCUIT_FAILURES: u32 = 10;
+
 /// The paths of both destinations, each wanting every Paddle event.
 pub const PATHS: [&str; 2] = [ORDERED, UNORDERED];
 
@@ -39,18 +45,33 @@ impl DeclarationFile {
     /// a retry schedule of short delays long enough to outlast any fault of
     /// a test, and a circuit breaker that probes again after a second.
     pub fn write(receiver: &Receiver, timeout: &str) -> DeclarationFile {
+        DeclarationFile::write_with(receiver, timeout, None)
+    }
+
+    /// [`DeclarationFile::write`], and a third destination, `steady`
+    /// (unordered, the same settings), on `steady` at [`STEADY`].
+    pub fn write_beside(receiver: &Receiver, timeout: &str, steady: &Receiver) -> DeclarationFile {
+        DeclarationFile::write_with(receiver, timeout, Some(steady))
+    }
+
+    fn write_with(receiver: &Receiver, timeout: &str, steady: Option<&Receiver>) -> DeclarationFile {
         let dir = tempfile::tempdir().unwrap();
-        let destination = |name: &str, path: &str, ordering: &str| {
+        let destination = |name: &str, url: String, ordering: &str| {
             format!(
-                "[[destinations]]\nname = \"{name}\"\nurl = \"{}\"\nsecret = \"{SECRET}\"\n\
+                "[[destinations]]\nname = \"{name}\"\nurl = \"{url}\"\nsecret = \"{SECRET}\"\n\
                  events = [\"paddle:*\"]\ntimeout = \"{timeout}\"\nordering = \"{ordering}\"\n\
-                 retry_schedule = [{}]\ncircuit_breaker = {{ failures = 10, cooldown = \"1s\" }}\n",
-                receiver.url_of(path),
+                 retry_schedule = [{}]\ncircuit_breaker = {{ failures = {CIRCUIT_FAILURES}, cooldown = \"1s\" }}\n",
                 vec!["\"100ms\""; 100].join(", "),
             )
         };
-        let toml = [destination("ordered", ORDERED, "entity"), destination("unordered", UNORDERED, "none")]
-            .join("\n");
+        let mut destinations = vec![
+            destination("ordered", receiver.url_of(ORDERED), "entity"),
+            destination("unordered", receiver.url_of(UNORDERED), "none"),
+        ];
+        if let Some(steady) = steady {
+            destinations.push(destination("steady", steady.url_of(STEADY), "none"));
+        }
+        let toml = destinations.join("\n");
         std::fs::write(dir.path().join("destinations.toml"), toml).unwrap();
         DeclarationFile { dir }
     }

@@ -25,8 +25,11 @@ pub mod socket;
 pub mod cluster;
 pub mod forwarding;
 pub mod ledger;
+pub mod netns;
 pub mod provider;
+pub mod remote_postgres;
 pub mod service;
+pub mod tmpfs;
 pub mod watch;
 
 pub use cluster::Cluster;
