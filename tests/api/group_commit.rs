@@ -2,6 +2,10 @@
 //! statement and one commit for all of them, each still answered as it
 //! would have been alone.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use webhook_inbox::inbox::{
@@ -9,6 +13,7 @@ use webhook_inbox::inbox::{
 };
 use webhook_inbox::providers;
 
+use crate::availability::{hold_dedup_row, until_a_delivery_waits_on_the_lock};
 use crate::support::events::subscription;
 use crate::support::*;
 
@@ -212,4 +217,39 @@ async fn two_batches_contending_on_the_same_events_and_subscription_answer_each_
         .await
         .unwrap();
     assert_eq!(status, "paused");
+}
+
+/// Polls `delivery` once: far enough to be queued for a worker (its first
+/// step, `try_send`, never waits). Says whether it is still unanswered.
+async fn queue(delivery: &mut (impl Future + Unpin)) -> bool {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *delivery).poll(cx).is_pending())).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_waiting_for_the_only_busy_worker_are_applied_together_once_it_is_free() {
+    // The smallest pool: one worker for deliveries with side effects.
+    let app = TestApp::spawn_with(TestConfig { pool_size: 6, ..TestConfig::default() }).await;
+    let routing = routing();
+    let apply = |event: &str| {
+        Routed::Apply(to_apply(&routing, &subscription_created(event, &format!("sub_of_{event}"))))
+    };
+    let mut holder = hold_dedup_row(&app, "evt_first").await;
+    let workers = app.state.workers.clone();
+    let first = apply("evt_first");
+    let first = tokio::spawn(async move { workers.deliver(first).await });
+    until_a_delivery_waits_on_the_lock(&app).await;
+
+    let events = ["evt_1", "evt_2", "evt_3", "evt_4", "evt_5"];
+    let mut waiting: Vec<_> =
+        events.iter().map(|event| Box::pin(app.state.workers.deliver(apply(event)))).collect();
+    for delivery in &mut waiting {
+        assert!(queue(delivery).await, "answered while the only worker was busy");
+    }
+    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await.unwrap();
+
+    assert!(matches!(first.await.unwrap(), Ok(Recorded::Processed { .. })));
+    let answers = futures_util::future::join_all(waiting).await;
+    assert_eq!(outcomes(&answers), ["processed"; 5]);
+    assert_eq!(transactions_of(&app, &events).await, 1);
+    assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 6);
 }
