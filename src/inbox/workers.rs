@@ -15,10 +15,10 @@
 //! Deliveries with side effects may wait on another one's locks (up to
 //! `lock_timeout`), so their lane has many workers, and those waits never
 //! hold up the recording lane; when more of them wait than workers are
-//! free, a worker applies several with one statement ([`apply_together`]).
-//! In both lanes a worker takes only what the other idle workers could not
-//! (see [`next`]), so a batch forms only when deliveries wait, and a
-//! delivery alone waits for nothing. Both are measured in bench/RESULTS.md.
+//! free, a worker applies several with one statement ([`apply_together`]),
+//! taking only what the other idle workers could not (see [`next`]). In
+//! both lanes a batch never waits to fill, and a delivery alone waits for
+//! nothing. Both are measured in bench/RESULTS.md.
 //!
 //! And since a delivery runs in a worker, not in the request, a client that
 //! disconnects cannot cancel it half way; shutdown closes the queues and
@@ -120,6 +120,9 @@ impl Workers {
 trait Kind: Sized + Send + Sync + 'static {
     /// Most deliveries a worker takes at once.
     const BATCH: usize;
+    /// Whether a worker leaves to the idle workers what they could start at
+    /// once, and batches only the rest (see [`next`]).
+    const LEAVES_TO_IDLE: bool;
     /// What the lane's work needs besides the connection.
     type State: Send + Sync + 'static;
 
@@ -133,6 +136,9 @@ trait Kind: Sized + Send + Sync + 'static {
 
 impl Kind for ToRecord {
     const BATCH: usize = 64;
+    /// No: its few workers are there to batch, and one short statement for
+    /// all that wait costs less than one each (bench/RESULTS.md).
+    const LEAVES_TO_IDLE: bool = false;
     type State = metrics::Counter;
 
     /// Alone, in its request's span; several, in one statement.
@@ -153,6 +159,9 @@ impl Kind for ToApply {
     /// Fewer than the recording lane's: a batch holds the row locks of
     /// all its effects until its one commit.
     const BATCH: usize = 32;
+    /// Yes: a delivery on a connection of its own finishes sooner than in a
+    /// statement shared with others (issue 24's pgbench measurements).
+    const LEAVES_TO_IDLE: bool = true;
     type State = metrics::Counter;
 
     /// Alone, in its request's span; several, in one statement per effect.
@@ -390,10 +399,9 @@ async fn answer<K: Kind>(
 }
 
 /// The next jobs: waits for one, then takes, without waiting, what else
-/// is queued beyond what the other idle workers can take (up to the lane's
-/// batch): a batch forms only when deliveries wait for a worker, since a
-/// worker of its own finishes a delivery sooner than a shared statement.
-/// `None` once the queue is closed and empty.
+/// is queued (up to the lane's batch), but, in a lane that
+/// [`Kind::LEAVES_TO_IDLE`], only what the other idle workers could not
+/// take: a batch never waits to fill. `None` once the queue is closed and empty.
 async fn next<K: Kind>(shared: &Shared<K>) -> Option<Vec<Queued<K>>> {
     shared.idle.fetch_add(1, Ordering::AcqRel);
     let mut receiver = shared.receiver.lock().await;
@@ -407,7 +415,12 @@ async fn next<K: Kind>(shared: &Shared<K>) -> Option<Vec<Queued<K>>> {
     };
     let idle = shared.idle.fetch_sub(1, Ordering::AcqRel) - 1;
     let mut jobs = vec![first?];
-    let more = receiver.len().saturating_sub(idle).min(K::BATCH - 1);
+    let queued = receiver.len();
+    let more = match K::LEAVES_TO_IDLE {
+        true => queued.saturating_sub(idle),
+        false => queued,
+    };
+    let more = more.min(K::BATCH - 1);
     for _ in 0..more {
         match receiver.try_recv() {
             Ok(job) => jobs.push(job),
