@@ -100,7 +100,7 @@ async fn a_delivery_stuck_past_the_grace_period_is_abandoned_unanswered_and_the_
     // applied once, and the provider's retry is told it is a duplicate.
     gate.open().await;
     until_no_service_session(db.pool()).await;
-    assert_eq!(Ledger::committed(db.pool(), [&event]).await, [event.id.clone()]);
+    assert_eq!(Ledger::committed(db.pool(), [&event]).await, std::slice::from_ref(&event.id));
 
     let restarted = Service::start(&url, &[]).await;
     let retry = attempt(restarted.addr, &event.delivery).await.answer.unwrap();
