@@ -8,10 +8,11 @@
 //! [`all`] lists the domains. Adding effects for a new provider is a domain
 //! folder and a line there.
 //!
-//! Effects and the statements they call have `debug` spans: every line they
-//! log is inside the request's span already (request id, provider, event),
-//! and a span at the default `info` level would cost every delivery its
-//! creation and an enter and an exit per poll (bench/RESULTS.md, `scripts/profile`).
+//! An effect is two halves ([`inbox::Effect`]): its input, read from the
+//! event in Rust, and its writes, SQL over the deliveries recorded first,
+//! which the inbox writes in the statement that records them. What an
+//! effect says about a delivery (a stale event, a grant refused as a
+//! repeat) are notes its SQL returns and the inbox logs, without payloads.
 
 pub mod accounts;
 pub mod billing;
@@ -60,17 +61,4 @@ fn ordered_at(event: &Event, updated_at: Option<DateTime<Utc>>) -> DateTime<Utc>
         );
         event.received_at
     })
-}
-
-/// Says, without any payload, that an event was older than the state it
-/// would have changed, so it changed nothing.
-fn log_stale(event: &Event, entity: &str, entity_id: &str) {
-    tracing::info!(
-        event_id = %event.id,
-        event_type = %event.event_type,
-        entity,
-        entity_id,
-        occurred_at = ?event.occurred_at,
-        "stale event: the projection is already newer; nothing changed"
-    );
 }

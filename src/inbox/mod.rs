@@ -5,26 +5,31 @@
 //! [`RoutingTable::route`] decides once whether the event has side effects; the
 //! answer is a type. A [`ToRecord`] goes to the recording lane ([`record`],
 //! [`record_together`]: one statement, batched, applies nothing); a
-//! [`ToApply`] to the applying lane ([`apply`]: a transaction with a
-//! savepoint). [`Workers`] run both lanes on connections they keep.
+//! [`ToApply`] to the applying lane ([`apply`], [`apply_together`]: one
+//! statement writes the records and the [`Effect`], batched; a transaction
+//! with a savepoint after an error). [`Workers`] run both lanes on
+//! connections they keep.
 
 mod apply;
 mod archive;
 mod delivery;
+mod effect;
 mod error;
 mod forwards;
 mod record;
 mod routing;
+mod together;
 mod workers;
 
 use sqlx::PgConnection;
 
-pub use apply::apply;
+pub use apply::{apply, apply_together};
 pub use delivery::{Delivery, Source};
+pub use effect::{Effect, EffectError, SqlType, Value, Writes};
 pub use error::InboxError;
 pub use forwards::{Destinations, Forward, Forwards};
 pub use record::{record, record_together};
-pub use routing::{Effect, EffectError, Routed, RoutingTable, ToApply, ToRecord};
+pub use routing::{Routed, RoutingTable, ToApply, ToRecord};
 pub use workers::{MIN_POOL_SIZE, RECORDERS, RESERVED_CONNECTIONS, Workers};
 
 /// What became of a delivery once recorded: processed, a duplicate, or

@@ -1,11 +1,12 @@
 //! The recording lane's work: deliveries of events without side effects,
 //! each one statement (archive row and dedup row), alone or together.
 
-use std::collections::HashSet;
+use std::future::Future;
 
 use sqlx::PgConnection;
 
-use super::{InboxError, Recorded, ToRecord, archive};
+use super::together::{Alone, Answers, answer_rest, fell_back, first_of_each_event, one_at_a_time};
+use super::{Delivery, InboxError, Recorded, ToRecord, archive};
 
 /// Records a delivery, and its jobs if it is its event's first. Nothing can
 /// fail after the dedup insert, so one autocommitted statement is the whole
@@ -36,14 +37,8 @@ pub async fn record_together(
     deliveries: &[&ToRecord],
     fallbacks: &metrics::Counter,
 ) -> Vec<Result<Recorded, InboxError>> {
-    let mut results: Vec<Option<Result<Recorded, InboxError>>> = deliveries.iter().map(|_| None).collect();
-    let mut keys = HashSet::new();
-    let batch: Vec<usize> = (0..deliveries.len())
-        .filter(|&i| {
-            let delivery = deliveries[i].delivery();
-            keys.insert((delivery.provider.as_str(), delivery.event.id.as_str()))
-        })
-        .collect();
+    let mut answers: Answers = deliveries.iter().map(|_| None).collect();
+    let batch = first_of_each_event(deliveries);
     if batch.len() > 1 {
         let members: Vec<_> = batch.iter().map(|&i| deliveries[i].delivery()).collect();
         let forwards: Vec<_> = batch.iter().map(|&i| deliveries[i].forwards()).collect();
@@ -53,50 +48,25 @@ pub async fn record_together(
                     if first {
                         deliveries[i].forwards().committed();
                     }
-                    results[i] = Some(Ok(Recorded::of(archive_id, first)));
+                    answers[i] = Some(Ok(Recorded::of(archive_id, first)));
                 }
             }
-            Err(lost) if lost.lost_connection() => return answer_rest(results, &lost),
-            Err(cause) => {
-                let request_ids: Vec<&str> =
-                    members.iter().filter_map(|delivery| delivery.request_id.as_deref()).collect();
-                tracing::warn!(
-                    error = %cause,
-                    deliveries = members.len(),
-                    ?request_ids,
-                    "recording a batch failed: recording its deliveries one at a time"
-                );
-                fallbacks.increment(1);
-            }
+            Err(lost) if lost.lost_connection() => return answer_rest(answers, &lost),
+            Err(cause) => fell_back(&cause, &members, fallbacks),
         }
     }
-    // Whether a statement already went out on `conn`: a connection lost
-    // after that is not stale, and the deliveries left are not run again.
-    let mut sent = batch.len() > 1;
-    for (i, delivery) in deliveries.iter().enumerate() {
-        if results[i].is_none() {
-            match record(&mut *conn, delivery).await {
-                Err(lost) if lost.lost_connection() && sent => {
-                    return answer_rest(results, &lost.mid_delivery());
-                }
-                Err(lost) if lost.lost_connection() => return answer_rest(results, &lost),
-                result => results[i] = Some(result),
-            }
-            sent = true;
-        }
-    }
-    results.into_iter().map(|result| result.expect("every delivery was answered")).collect()
+    one_at_a_time(conn, deliveries, answers, batch.len() > 1).await
 }
 
-/// Completes the answers once the connection is lost (`error`): the
-/// deliveries not yet answered are not known to have committed, so none of
-/// them gets a 2xx.
-fn answer_rest(
-    results: Vec<Option<Result<Recorded, InboxError>>>,
-    error: &InboxError,
-) -> Vec<Result<Recorded, InboxError>> {
-    results
-        .into_iter()
-        .map(|result| result.unwrap_or_else(|| Err(InboxError::connection_lost(error))))
-        .collect()
+impl Alone for ToRecord {
+    fn delivery(&self) -> &Delivery {
+        ToRecord::delivery(self)
+    }
+
+    fn alone<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+    ) -> impl Future<Output = Result<Recorded, InboxError>> + Send + 'a {
+        record(conn, self)
+    }
 }

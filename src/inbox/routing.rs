@@ -2,65 +2,37 @@
 //! picks the delivery's lane, and each lane's type says which it is.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
-use sqlx::PgConnection;
-
 use super::Delivery;
+use super::archive::EffectStatements;
+use super::effect::{Effect, EffectError, Value, Writes};
 use super::forwards::{Destinations, Forwards};
-use crate::event::Event;
 
-/// The side effects of one kind of event: writes made on the delivery's
-/// transaction, after its dedup row, so they commit if and only if the
-/// event is recorded as processed. The domain (the `effects` module)
-/// implements it, each effect an `async fn apply`; the inbox only runs it.
-pub trait Effect: Send + Sync + 'static {
-    /// Applies the effect of `event` on `conn`, inside the delivery's transaction.
-    fn apply(
-        &self,
-        conn: &mut PgConnection,
-        event: &Event,
-    ) -> impl Future<Output = Result<(), EffectError>> + Send;
+/// An effect as the routing table holds it: with its writes, and the
+/// statements built from them once, when it is registered.
+pub(super) struct Registered {
+    effect: Box<dyn Effect>,
+    writes: Writes,
+    statements: EffectStatements,
 }
 
-/// An [`Effect`] behind a pointer, as the routing table holds it.
-trait Boxed: Send + Sync {
-    fn apply_boxed<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        event: &'a Event,
-    ) -> BoxFuture<'a, Result<(), EffectError>>;
-}
-
-impl<E: Effect> Boxed for E {
-    fn apply_boxed<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        event: &'a Event,
-    ) -> BoxFuture<'a, Result<(), EffectError>> {
-        Box::pin(self.apply(conn, event))
+impl Registered {
+    fn new(effect: impl Effect) -> Self {
+        let writes = effect.writes();
+        let statements = EffectStatements::of(&writes);
+        Registered { effect: Box::new(effect), writes, statements }
     }
-}
 
-/// Why an effect could not be applied: unless the database was only busy
-/// or gone, the delivery is archived FAILED and answered 500, so the
-/// provider retries it later.
-#[derive(Debug, thiserror::Error)]
-pub enum EffectError {
-    /// The event lacks something the effect needs, or the configuration
-    /// does not say how to apply it.
-    #[error("{0}")]
-    Invalid(String),
-    /// A statement of the effect failed.
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    /// The effect panicked; the process keeps serving. The text, stored in
-    /// the FAILED row's `error_message`, keeps the word of the first
-    /// releases ("handler"), which operators' queries may match.
-    #[error("handler panicked: {0}")]
-    Panicked(String),
+    /// Its SQL.
+    pub(super) fn writes(&self) -> &Writes {
+        &self.writes
+    }
+
+    /// The statements that write it.
+    pub(super) fn statements(&self) -> &EffectStatements {
+        &self.statements
+    }
 }
 
 /// The routing table: which event types have which effect (by provider;
@@ -68,7 +40,7 @@ pub enum EffectError {
 /// events are forwarded to, whatever their lane.
 #[derive(Clone, Default)]
 pub struct RoutingTable {
-    effects: HashMap<String, HashMap<String, Arc<dyn Boxed>>>,
+    effects: HashMap<String, HashMap<String, Arc<Registered>>>,
     destinations: Option<Arc<dyn Destinations>>,
 }
 
@@ -80,7 +52,7 @@ impl RoutingTable {
 
     /// Gives events of each of `event_types` from `provider` the same `effect`.
     pub fn on_each(mut self, provider: &str, event_types: &[&str], effect: impl Effect) -> Self {
-        let effect: Arc<dyn Boxed> = Arc::new(effect);
+        let effect = Arc::new(Registered::new(effect));
         let types = self.effects.entry(provider.to_string()).or_default();
         for event_type in event_types {
             types.insert(event_type.to_string(), effect.clone());
@@ -168,7 +140,7 @@ impl ToRecord {
 /// A delivery whose event has side effects, with them.
 pub struct ToApply {
     delivery: Delivery,
-    effect: Arc<dyn Boxed>,
+    effect: Arc<Registered>,
     forwards: Forwards,
 }
 
@@ -183,13 +155,35 @@ impl ToApply {
         &self.forwards
     }
 
-    /// Applies its event's effect on `conn`, inside the delivery's transaction.
-    pub(super) fn apply_effect<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-    ) -> BoxFuture<'a, Result<(), EffectError>> {
-        self.effect.apply_boxed(conn, &self.delivery.event)
+    /// Its event's effect.
+    pub(super) fn effect(&self) -> &Registered {
+        &self.effect
     }
+
+    /// Whether `other`'s event has the same effect, so that the two can be
+    /// written by one statement.
+    pub(super) fn same_effect(&self, other: &ToApply) -> bool {
+        Arc::ptr_eq(&self.effect, &other.effect)
+    }
+
+    /// The effect's input row for its event, checked against its columns.
+    /// A panic in the effect's code is caught and returned as its error.
+    pub(super) fn input(&self) -> Result<Vec<Value<'_>>, EffectError> {
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.effect.effect.input(&self.delivery.event)
+        }));
+        let row = read.unwrap_or_else(|panic| Err(EffectError::Panicked(panic_message(&*panic))))?;
+        self.effect.writes.check(&row)?;
+        Ok(row)
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
 }
 
 impl std::fmt::Debug for ToApply {

@@ -9,14 +9,16 @@
 //! statement found its connection broken once more on a fresh one.
 //!
 //! Why two lanes: deliveries of events without side effects are only
-//! recorded, one short statement each. Their lane has few workers, and a
-//! worker takes everything queued at that moment and records it with one
-//! statement and one commit ([`record_together`]): under load that spends
-//! far fewer commits than deliveries; alone, a delivery is taken at once and
-//! waits for nothing. Deliveries with side effects each run a transaction
-//! that may wait on another one's locks (up to `lock_timeout`), so their lane
-//! has many workers, and those waits never hold up the recording lane. Both
-//! are measured in bench/RESULTS.md.
+//! recorded, one short statement each. Their lane has few workers, so that
+//! deliveries queue behind them and are recorded together
+//! ([`record_together`]): under load far fewer commits than deliveries.
+//! Deliveries with side effects may wait on another one's locks (up to
+//! `lock_timeout`), so their lane has many workers, and those waits never
+//! hold up the recording lane; when more of them wait than workers are
+//! free, a worker applies several with one statement ([`apply_together`]),
+//! taking only what the other idle workers could not (see [`next`]). In
+//! both lanes a batch never waits to fill, and a delivery alone waits for
+//! nothing. Both are measured in bench/RESULTS.md.
 //!
 //! And since a delivery runs in a worker, not in the request, a client that
 //! disconnects cannot cancel it half way; shutdown closes the queues and
@@ -25,7 +27,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -36,7 +38,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span};
 
-use super::{InboxError, Recorded, Routed, ToApply, ToRecord, apply, record, record_together};
+use super::{
+    InboxError, Recorded, Routed, ToApply, ToRecord, apply, apply_together, record, record_together,
+};
 
 /// Connections of the pool left to everything else: one for the outbox
 /// worker (it holds its connection through a round of sends), the others
@@ -80,14 +84,14 @@ impl Workers {
     /// Starts [`RECORDERS`] recording workers and, for deliveries with
     /// effects, one worker per remaining pool connection but
     /// [`RESERVED_CONNECTIONS`] (at least one). Workers take their
-    /// connection on their first delivery. `fallbacks` counts the batches
-    /// recorded one at a time after they failed together.
+    /// connection on their first delivery. `fallbacks` counts the batches,
+    /// of either lane, run one at a time after they failed together.
     pub fn start(pool: PgPool, fallbacks: metrics::Counter) -> Self {
         let appliers =
             pool.options().get_max_connections().saturating_sub(RESERVED_CONNECTIONS + RECORDERS).max(1);
         Workers {
-            recording: Lane::start(&pool, RECORDERS, fallbacks),
-            applying: Lane::start(&pool, appliers, ()),
+            recording: Lane::start(&pool, RECORDERS, fallbacks.clone()),
+            applying: Lane::start(&pool, appliers, fallbacks),
         }
     }
 
@@ -116,6 +120,9 @@ impl Workers {
 trait Kind: Sized + Send + Sync + 'static {
     /// Most deliveries a worker takes at once.
     const BATCH: usize;
+    /// Whether a worker leaves to the idle workers what they could start at
+    /// once, and batches only the rest (see [`next`]).
+    const LEAVES_TO_IDLE: bool;
     /// What the lane's work needs besides the connection.
     type State: Send + Sync + 'static;
 
@@ -129,6 +136,9 @@ trait Kind: Sized + Send + Sync + 'static {
 
 impl Kind for ToRecord {
     const BATCH: usize = 64;
+    /// No: its few workers are there to batch, and one short statement for
+    /// all that wait costs less than one each (bench/RESULTS.md).
+    const LEAVES_TO_IDLE: bool = false;
     type State = metrics::Counter;
 
     /// Alone, in its request's span; several, in one statement.
@@ -146,20 +156,25 @@ impl Kind for ToRecord {
 }
 
 impl Kind for ToApply {
-    const BATCH: usize = 1;
-    type State = ();
+    /// Fewer than the recording lane's: a batch holds the row locks of
+    /// all its effects until its one commit.
+    const BATCH: usize = 32;
+    /// Yes: a delivery on a connection of its own finishes sooner than in a
+    /// statement shared with others (issue 24's pgbench measurements).
+    const LEAVES_TO_IDLE: bool = true;
+    type State = metrics::Counter;
 
-    /// One at a time, in its request's span.
+    /// Alone, in its request's span; several, in one statement per effect.
     async fn run(
-        _: &(),
+        fallbacks: &metrics::Counter,
         conn: &mut PgConnection,
         jobs: &[Queued<Self>],
     ) -> Vec<Result<Recorded, InboxError>> {
-        let mut results = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            results.push(apply(&mut *conn, &job.delivery).instrument(job.span.clone()).await);
+        if let [job] = jobs {
+            return vec![apply(conn, &job.delivery).instrument(job.span.clone()).await];
         }
-        results
+        let deliveries: Vec<&ToApply> = jobs.iter().map(|job| &job.delivery).collect();
+        apply_together(conn, &deliveries, fallbacks).await
     }
 }
 
@@ -200,6 +215,9 @@ impl<K: Kind> Clone for Lane<K> {
 
 struct Shared<K: Kind> {
     receiver: Mutex<mpsc::Receiver<Queued<K>>>,
+    /// Workers waiting for a delivery: a worker takes more than one only
+    /// when more are queued than these could take.
+    idle: AtomicUsize,
     pool: PgPool,
     state: K::State,
     /// How long a delivery may wait for a worker to take it: the pool's
@@ -221,6 +239,7 @@ impl<K: Kind> Lane<K> {
         let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let shared = Arc::new(Shared {
             receiver: Mutex::new(receiver),
+            idle: AtomicUsize::new(0),
             pool: pool.clone(),
             state,
             max_wait: pool.options().get_acquire_timeout(),
@@ -379,9 +398,12 @@ async fn answer<K: Kind>(
     (kept, stale)
 }
 
-/// The next jobs: waits for one, then takes whatever else is queued (up to
-/// the lane's batch) without waiting. `None` once the queue is closed and empty.
+/// The next jobs: waits for one, then takes, without waiting, what else
+/// is queued (up to the lane's batch), but, in a lane that
+/// [`Kind::LEAVES_TO_IDLE`], only what the other idle workers could not
+/// take: a batch never waits to fill. `None` once the queue is closed and empty.
 async fn next<K: Kind>(shared: &Shared<K>) -> Option<Vec<Queued<K>>> {
+    shared.idle.fetch_add(1, Ordering::AcqRel);
     let mut receiver = shared.receiver.lock().await;
     let first = tokio::select! {
         biased;
@@ -390,9 +412,16 @@ async fn next<K: Kind>(shared: &Shared<K>) -> Option<Vec<Queued<K>>> {
             receiver.close();
             receiver.recv().await
         }
-    }?;
-    let mut jobs = vec![first];
-    while jobs.len() < K::BATCH {
+    };
+    let idle = shared.idle.fetch_sub(1, Ordering::AcqRel) - 1;
+    let mut jobs = vec![first?];
+    let queued = receiver.len();
+    let more = match K::LEAVES_TO_IDLE {
+        true => queued.saturating_sub(idle),
+        false => queued,
+    };
+    let more = more.min(K::BATCH - 1);
+    for _ in 0..more {
         match receiver.try_recv() {
             Ok(job) => jobs.push(job),
             Err(_) => break,

@@ -11,9 +11,6 @@ mod queue;
 mod templates;
 mod worker;
 
-use sqlx::PgConnection;
-use tracing::instrument;
-
 pub use mailer::{Mailer, MailerError};
 pub use templates::{Rendered, Templates, Values};
 pub use worker::Emails;
@@ -61,36 +58,30 @@ pub struct Email<'a> {
     pub event_id: &'a str,
 }
 
-/// Enqueues `email` on the delivery's transaction, unless an email for the
-/// same cause is already there (sent or not). Returns whether it was enqueued.
-#[instrument(skip_all)]
-pub async fn enqueue(conn: &mut PgConnection, email: &Email<'_>) -> sqlx::Result<bool> {
-    let enqueued = sqlx::query(
-        "INSERT INTO outbox (cause, kind, user_id, subscription_id, event_id)
-         VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT ON CONSTRAINT uq_outbox_cause DO NOTHING",
+/// A CTE, `name AS (...)`, for an effect's statement: enqueues an email of
+/// `kind` for each row of `rows` (a query of `cause, user_id,
+/// subscription_id, event_id`), unless an email for the same cause is
+/// already there (sent or not).
+pub fn enqueue(name: &str, kind: EmailKind, rows: &str) -> String {
+    format!(
+        "{name} AS (
+                 INSERT INTO outbox (cause, kind, user_id, subscription_id, event_id)
+                 SELECT r.cause, '{kind}', r.user_id, r.subscription_id, r.event_id FROM ({rows}) AS r
+                 ON CONFLICT ON CONSTRAINT uq_outbox_cause DO NOTHING
+             )",
+        kind = kind.as_str()
     )
-    .bind(&email.cause)
-    .bind(email.kind.as_str())
-    .bind(email.user_id)
-    .bind(email.subscription_id)
-    .bind(email.event_id)
-    .execute(conn)
-    .await?;
-    Ok(enqueued.rows_affected() == 1)
 }
 
-/// Marks the user's unsent emails dead with `reason` (a deleted user is not
-/// written to). An email already being sent may still go out.
-#[instrument(skip_all)]
-pub async fn give_up_for_user(conn: &mut PgConnection, user_id: &str, reason: &str) -> sqlx::Result<u64> {
-    let given_up = sqlx::query(
-        "UPDATE outbox SET status = 'dead', last_error = $2, locked_until = NULL
-         WHERE user_id = $1 AND status = 'pending'",
+/// A CTE, `name AS (...)`, for an effect's statement: marks the unsent
+/// emails of the users `users` (a query of user ids) dead, with `reason`
+/// (a deleted user is not written to). An email already being sent may
+/// still go out.
+pub fn give_up_for_users(name: &str, users: &str, reason: &'static str) -> String {
+    format!(
+        "{name} AS (
+                 UPDATE outbox SET status = 'dead', last_error = '{reason}', locked_until = NULL
+                 WHERE user_id IN ({users}) AND status = 'pending'
+             )"
     )
-    .bind(user_id)
-    .bind(reason)
-    .execute(conn)
-    .await?;
-    Ok(given_up.rows_affected())
 }

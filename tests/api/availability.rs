@@ -318,20 +318,14 @@ async fn an_effect_chosen_as_a_deadlock_victim_answers_503_busy_and_archives_no_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_the_database_stops_answering_is_answered_503_at_the_deadline_and_the_retry_settles_it() {
-    let app = TestApp::spawn().await;
-    // The delivery's first statement lifts statement_timeout for the rest of
-    // its transaction, and its grant waits at a gate: to the service the
-    // database simply stops answering. Only the delivery's own deadline
-    // (a minute) ends the wait.
-    sqlx::raw_sql(
-        "CREATE FUNCTION no_statement_timeout() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM set_config('statement_timeout', '0', true); RETURN NEW; END $$;
-         CREATE TRIGGER no_statement_timeout BEFORE INSERT ON processed_webhook_events
-             FOR EACH ROW EXECUTE FUNCTION no_statement_timeout();",
-    )
-    .execute(app.pool())
-    .await
-    .unwrap();
+    // A statement_timeout past the delivery's own deadline (a minute), and
+    // the delivery's grant waits at a gate: to the service the database
+    // simply stops answering. Only the deadline ends the wait.
+    let app = TestApp::spawn_with(TestConfig {
+        statement_timeout: Duration::from_secs(120),
+        ..TestConfig::default()
+    })
+    .await;
     let gate = Gate::shut(app.pool(), "credit_grants", 1).await;
     let delivery = paddle(&subscription_created("evt_01", "sub_01"));
 

@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::json;
-use sqlx::PgConnection;
 use webhook_inbox::event::Event;
 use webhook_inbox::http::{AppState, Limits, app};
-use webhook_inbox::inbox::{Effect, EffectError, RoutingTable};
+use webhook_inbox::inbox::{Effect, EffectError, RoutingTable, SqlType, Value, Writes};
 use webhook_inbox::providers::Registry;
 use webhook_inbox::providers::paddle;
 
@@ -81,9 +80,9 @@ async fn an_effect_failing_after_a_partial_write_leaves_no_partial_effect() {
 #[tokio::test]
 async fn a_commit_that_fails_after_the_effect_succeeded_commits_nothing_and_archives_no_failure() {
     let app = TestApp::spawn().await;
-    // The savepoint's release succeeds (it fires no deferred trigger) and
-    // the COMMIT sent with it fails: the release and COMMIT share a round
-    // trip, so this is the case told apart from a failed release.
+    // The effect's writes succeed and the commit fails (a deferred
+    // trigger): the delivery's one statement fails at its autocommit, and
+    // the transaction it falls back to fails at COMMIT.
     sqlx::raw_sql(
         "CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS
              $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
@@ -110,30 +109,40 @@ async fn a_commit_that_fails_after_the_effect_succeeded_commits_nothing_and_arch
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 1);
 }
 
-/// An effect that runs a statement that fails, ignores the error, and
-/// reports success: a bug a future effect could have.
-struct SwallowsErrors;
+/// An effect whose SQL fails when it runs (no constraint, no trigger: its
+/// own expression), after a write in the same statement.
+struct FailsInItsStatement;
 
-impl Effect for SwallowsErrors {
-    async fn apply(&self, conn: &mut PgConnection, _event: &Event) -> Result<(), EffectError> {
-        let _ignored = sqlx::query("SELECT 1/0").execute(conn).await;
-        Ok(())
+impl Effect for FailsInItsStatement {
+    fn writes(&self) -> Writes {
+        Writes {
+            input: vec![("subscription_id", SqlType::Text)],
+            ctes: vec![
+                "written AS (INSERT INTO subscriptions (id, customer_id, status)
+                     SELECT a.subscription_id, 'ctm_x', 'active' FROM applied a)"
+                    .into(),
+                "divided AS (SELECT 1 / (count(*) - 1) AS x FROM applied)".into(),
+            ],
+            notes: vec!["SELECT n, 'divided ' || (SELECT x FROM divided) FROM applied".into()],
+        }
+    }
+
+    fn input<'e>(&self, event: &'e Event) -> Result<Vec<Value<'e>>, EffectError> {
+        Ok(vec![format!("sub_of_{}", event.id).into()])
     }
 }
 
 #[tokio::test]
-async fn an_effect_that_swallows_a_failed_statement_is_archived_failed_never_answered_processed() {
+async fn an_effect_whose_statement_fails_is_archived_failed_with_nothing_of_it_written() {
     let db = TestDatabase::create().await;
     let providers =
         Registry::default().with(paddle::SPEC.verifier(&[PADDLE_SECRETS[0].into()], 300).unwrap());
     let limits = Limits { max_body_bytes: 65536, body_read_timeout: Duration::from_secs(5) };
-    let routing = RoutingTable::default().on("paddle", "subscription.created", SwallowsErrors);
+    let routing = RoutingTable::default().on("paddle", "subscription.created", FailsInItsStatement);
     let router = app(AppState::new(db.pool().clone(), providers, routing, limits));
 
     let answer = send(&router, &paddle(&subscription_created("evt_01", "sub_01"))).await;
 
-    // Without the check, COMMIT of the aborted transaction rolls back
-    // silently and the answer is 200 with nothing stored.
     assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR, "{:?}", answer.body);
     let archive: Vec<(String, Option<String>)> =
         sqlx::query_as("SELECT processing_status, error_message FROM webhook_events")
@@ -142,10 +151,12 @@ async fn an_effect_that_swallows_a_failed_statement_is_archived_failed_never_ans
             .unwrap();
     assert_eq!(archive.len(), 1);
     assert_eq!(archive[0].0, "FAILED");
-    assert!(archive[0].1.as_deref().unwrap_or("").contains("aborted"), "{archive:?}");
-    let dedup: i64 = sqlx::query_scalar("SELECT count(*) FROM processed_webhook_events")
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
-    assert_eq!(dedup, 0);
+    assert!(archive[0].1.as_deref().unwrap_or("").contains("division by zero"), "{archive:?}");
+    for table in ["processed_webhook_events", "subscriptions"] {
+        let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(rows, 0, "{table}");
+    }
 }

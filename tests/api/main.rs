@@ -25,6 +25,7 @@ mod forwarding_control;
 mod forwarding_intake;
 mod forwarding_operations;
 mod forwarding_ordering;
+mod group_commit;
 mod hostile_input;
 mod hostile_input_admin;
 mod hostile_input_connections;

@@ -1,27 +1,30 @@
 //! kill -9 under load: the service dies with deliveries provably inside
-//! their transactions, others mid-answer and mid-read, and nothing
-//! acknowledged is lost, nothing is applied twice; what committed without
-//! being acknowledged is answered as a duplicate when the provider retries.
+//! their statements (one of them applying a batch), others mid-answer and
+//! mid-read, and nothing acknowledged is lost, nothing is applied twice;
+//! what committed without being acknowledged is answered as a duplicate
+//! when the provider retries.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::support::provider::{in_parallel, shuffle, spawn_attempt};
+use crate::support::provider::{attempt, in_parallel, shuffle, spawn_attempt};
 use crate::support::service::database_url;
 use crate::support::watch::{
     Gate, install_gate_after_insert, until, until_no_service_session, waiting_at_gate,
 };
 use crate::support::*;
 
-/// The gate of first deliveries of events with side effects, held inside the
-/// effect's transaction (its record statement done, its effects to come).
+/// The gate of first deliveries of events with side effects, held at the
+/// end of the statement that records them and writes their effects (all
+/// written, nothing committed).
 const IN_TRANSACTION: i64 = 1;
 /// The gate of first deliveries of events without side effects, held inside
-/// their one autocommitted statement, which commits once it passes even if
-/// the service is gone by then.
+/// their one autocommitted statement.
 const IN_STATEMENT: i64 = 2;
+/// The gate of a batch of deliveries with side effects.
+const IN_BATCH: i64 = 3;
 
 /// What the clients of the load saw.
 #[derive(Default)]
@@ -103,8 +106,8 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
     run.killed_at.set(Instant::now()).unwrap();
     service.kill();
     // The sessions outlive the process while they wait: let them finish.
-    // The autocommitted statements commit; the transactions find their
-    // client gone and roll back.
+    // Every delivery is one autocommitted statement, which commits once it
+    // passes the gate though its client is gone.
     for gate in gates {
         gate.open().await;
     }
@@ -122,14 +125,14 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
     Ledger::count(db.pool(), &acked_events).await.assert_exactly_once();
     // Committed but never acknowledged: at least every statement held at
     // its gate when the process died (each had inserted a new dedup row).
+    let held_in_statement = held_in_statement + held_in_transaction;
     let committed: HashSet<String> = Ledger::committed(db.pool(), all.iter()).await.into_iter().collect();
     let unacknowledged = committed.difference(&acked).count();
     assert!(
         unacknowledged as i64 >= held_in_statement,
         "{held_in_statement} statements were held at the kill, {unacknowledged} events committed unacknowledged"
     );
-    // The held transactions rolled back: none of the kind held in a
-    // transaction beyond those acknowledged is half there.
+    // Nothing committed is half there.
     Ledger::count(db.pool(), &all.iter().filter(|e| committed.contains(&e.id)).cloned().collect::<Vec<_>>())
         .await
         .assert_exactly_once();
@@ -170,14 +173,116 @@ async fn a_service_killed_under_load_loses_nothing_acknowledged_and_applies_each
         ledger: Some(&ledger),
         notes: format!(
             "{requests} requests (every event twice) by 8 clients; once {} were answered, first deliveries were held \
-             at a gate: SIGKILL came with {held_in_transaction} held inside a handler's transaction and \
-             {held_in_statement} inside an autocommitted statement; {} requests in flight got no answer, {} made \
+             at a gate: SIGKILL came with {held_in_transaction} with effects and \
+             {} without held inside their autocommitted statements; {} requests in flight got no answer, {} made \
              after the kill got none either; acknowledged before the kill: {} events, all durable; committed but \
              unacknowledged: {unacknowledged}; then every event redelivered until 2xx, answered idempotent exactly \
              for the committed ones",
             requests / 2,
+            held_in_statement - held_in_transaction,
             run.cut_off.load(Ordering::SeqCst) + late.len(),
             run.after_kill.load(Ordering::SeqCst),
+            acked.len(),
+        ),
+    }
+    .print();
+    ledger.assert_exactly_once();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_killed_with_a_batch_in_flight_loses_nothing_and_applies_each_event_once() {
+    let db = TestDatabase::create().await;
+    let url = database_url(&db.connect_options());
+    // The smallest pool: one worker for deliveries with side effects, so
+    // those that come while it is busy wait for it, and it takes them together.
+    let mut service = Service::start(&url, &[("DB_MAX_CONNECTIONS", "6")]).await;
+    let addr = service.addr;
+    // Even: subscription.created (effects); odd: without effects.
+    let events = Event::mixed("batch", 20);
+    let with_effects: Vec<Event> = events.iter().step_by(2).cloned().collect();
+    let (first, batched) = with_effects.split_first().unwrap();
+    let sentinel = &events[1];
+    install_gate_after_insert(
+        db.pool(),
+        "processed_webhook_events",
+        &format!(
+            "CASE WHEN NEW.event_type <> 'subscription.created' THEN 0 WHEN NEW.event_id = '{}' THEN \
+             {IN_TRANSACTION} ELSE {IN_BATCH} END",
+            first.id
+        ),
+    )
+    .await;
+    let first_gate = Gate::close(db.pool(), IN_TRANSACTION).await;
+    let batch_gate = Gate::close(db.pool(), IN_BATCH).await;
+
+    // The worker is held by the first delivery; the others queue behind it.
+    let first_attempt = spawn_attempt(addr, &first.delivery);
+    until("the first delivery held at its gate", async || {
+        waiting_at_gate(db.pool(), IN_TRANSACTION).await == 1
+    })
+    .await;
+    let attempts: Vec<_> = batched.iter().map(|event| spawn_attempt(addr, &event.delivery)).collect();
+    // A delivery sent after them, on the other lane, answered: theirs were
+    // read (and queued) meanwhile, each in far less time than its commit.
+    assert!(attempt(addr, &sentinel.delivery).await.succeeded());
+    first_gate.open().await;
+    until("a batch held at its gate", async || waiting_at_gate(db.pool(), IN_BATCH).await >= 1).await;
+
+    service.kill();
+    batch_gate.open().await;
+    let mut acked = HashSet::new();
+    for (event, attempt) in with_effects.iter().zip([first_attempt].into_iter().chain(attempts)) {
+        if attempt.await.unwrap().succeeded() {
+            acked.insert(event.id.clone());
+        }
+    }
+    until_no_service_session(db.pool()).await;
+
+    let acked_events: Vec<Event> = with_effects.iter().filter(|e| acked.contains(&e.id)).cloned().collect();
+    Ledger::count(db.pool(), &acked_events).await.assert_exactly_once();
+    // The batch's statement committed whole once it passed the gate, though
+    // its client was gone: its deliveries, in one transaction, with their effects.
+    let ids: Vec<&str> = batched.iter().map(|event| event.id.as_str()).collect();
+    let largest_batch: i64 = sqlx::query_scalar(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM processed_webhook_events
+                             WHERE event_id = ANY($1) GROUP BY xmin::text) AS batches",
+    )
+    .bind(&ids)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(largest_batch >= 2, "no batch was in flight: {largest_batch}");
+    let committed: HashSet<String> =
+        Ledger::committed(db.pool(), with_effects.iter()).await.into_iter().collect();
+    Ledger::count(
+        db.pool(),
+        &with_effects.iter().filter(|e| committed.contains(&e.id)).cloned().collect::<Vec<_>>(),
+    )
+    .await
+    .assert_exactly_once();
+
+    // Restarted, the provider redelivers each until it gets a 2xx: answered
+    // idempotent exactly for those committed before.
+    let restarted = Service::start(&url, &[]).await;
+    let provider = Provider::default();
+    for event in &with_effects {
+        let attempts =
+            provider.until_2xx(&[restarted.addr], &event.delivery, Duration::from_millis(20)).await;
+        let answer = attempts.last().unwrap().answer.clone().unwrap();
+        assert_eq!(answer.body["idempotent"] == true, committed.contains(&event.id), "{}", event.id);
+    }
+    let ledger = Ledger::count(db.pool(), &with_effects).await;
+    Report {
+        fault: "kill -9 with a batch in flight",
+        events: with_effects.len(),
+        deliveries: with_effects.len() + provider.sent(),
+        ledger: Some(&ledger),
+        notes: format!(
+            "one worker for effects held by a first delivery while {} more queued; SIGKILL with a statement \
+             applying {largest_batch} of them held at a gate, which then committed without its client; \
+             acknowledged before the kill: {} events, all durable; every event redelivered until 2xx, answered \
+             idempotent exactly for the committed ones",
+            batched.len(),
             acked.len(),
         ),
     }

@@ -73,7 +73,7 @@ async fn sigterm_answers_the_deliveries_in_flight_refuses_new_connections_and_ex
 const GRACE_SECS: &str = "1";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivery_stuck_past_the_grace_period_is_abandoned_uncommitted_and_the_retry_applies_it() {
+async fn a_delivery_stuck_past_the_grace_period_is_abandoned_unanswered_and_the_retry_finds_it_once() {
     let db = TestDatabase::create().await;
     let url = database_url(&db.connect_options());
     let mut service = Service::start(&url, &[("SHUTDOWN_GRACE_SECS", GRACE_SECS)]).await;
@@ -95,14 +95,16 @@ async fn a_delivery_stuck_past_the_grace_period_is_abandoned_uncommitted_and_the
     let stuck = stuck.await.unwrap();
     assert!(!stuck.succeeded(), "never a 2xx for what did not commit: {:?}", stuck.answer);
 
-    // Its transaction ends with its session, uncommitted.
+    // Its one statement was sent whole before the exit: once past the gate
+    // it commits, with nobody left to hear it. Never answered 2xx, it is
+    // applied once, and the provider's retry is told it is a duplicate.
     gate.open().await;
     until_no_service_session(db.pool()).await;
-    assert!(Ledger::committed(db.pool(), [&event]).await.is_empty());
+    assert_eq!(Ledger::committed(db.pool(), [&event]).await, std::slice::from_ref(&event.id));
 
     let restarted = Service::start(&url, &[]).await;
     let retry = attempt(restarted.addr, &event.delivery).await.answer.unwrap();
-    assert_eq!(retry.body, json!({ "event_id": event.id, "status": "processed" }));
+    assert_eq!(retry.body, json!({ "event_id": event.id, "idempotent": true }));
     let ledger = Ledger::count(db.pool(), std::slice::from_ref(&event)).await;
     Report {
         fault: "SIGTERM with a delivery stuck past the grace period",
@@ -111,7 +113,8 @@ async fn a_delivery_stuck_past_the_grace_period_is_abandoned_uncommitted_and_the
         ledger: Some(&ledger),
         notes: format!(
             "SHUTDOWN_GRACE_SECS={GRACE_SECS}, handler held indefinitely: exited {}ms after SIGTERM (exit code {}), \
-             no 2xx, nothing committed; the provider's retry applied it once",
+             no 2xx; its statement committed once the handler was released, and the provider's retry was \
+             answered as a duplicate",
             exited_after.as_millis(),
             status.code().map_or("none (signal)".into(), |code| code.to_string())
         ),

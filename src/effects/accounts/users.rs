@@ -2,13 +2,11 @@
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use sqlx::PgConnection;
-use tracing::instrument;
 
-use crate::effects::{data, log_stale, ordered_at};
+use crate::effects::{data, ordered_at};
 use crate::event::Event;
-use crate::inbox::{Effect, EffectError};
-use crate::outbox::{self, Email, EmailKind};
+use crate::inbox::{Effect, EffectError, SqlType, Value, Writes};
+use crate::outbox::{self, EmailKind};
 
 /// The part of a Clerk user object the projection keeps.
 #[derive(Debug, Deserialize)]
@@ -53,21 +51,14 @@ fn from_millis(millis: Option<i64>) -> Option<DateTime<Utc>> {
 pub struct UserCreated;
 
 impl Effect for UserCreated {
-    #[instrument(name = "user_created", level = "debug", skip_all)]
-    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
-        let user: User = data(event)?;
-        if project(conn, event, &user).await? == Projected::Deleted {
-            return Ok(());
-        }
-        let welcome = Email {
-            cause: format!("user:{}:welcome", user.id),
-            kind: EmailKind::Welcome,
-            user_id: Some(&user.id),
-            subscription_id: None,
-            event_id: &event.id,
-        };
-        outbox::enqueue(conn, &welcome).await?;
-        Ok(())
+    fn writes(&self) -> Writes {
+        let mut writes = projection();
+        writes.ctes.push(outbox::enqueue("welcome", EmailKind::Welcome, WELCOME));
+        writes
+    }
+
+    fn input<'e>(&self, event: &'e Event) -> Result<Vec<Value<'e>>, EffectError> {
+        projected(event, data(event)?)
     }
 }
 
@@ -75,11 +66,12 @@ impl Effect for UserCreated {
 pub struct UserUpdated;
 
 impl Effect for UserUpdated {
-    #[instrument(name = "user_updated", level = "debug", skip_all)]
-    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
-        let user: User = data(event)?;
-        project(conn, event, &user).await?;
-        Ok(())
+    fn writes(&self) -> Writes {
+        projection()
+    }
+
+    fn input<'e>(&self, event: &'e Event) -> Result<Vec<Value<'e>>, EffectError> {
+        projected(event, data(event)?)
     }
 }
 
@@ -92,85 +84,113 @@ impl Effect for UserUpdated {
 /// data never comes back.
 pub struct UserDeleted;
 
-impl Effect for UserDeleted {
-    #[instrument(name = "user_deleted", level = "debug", skip_all)]
-    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
-        let user: DeletedUser = data(event)?;
-        let at = ordered_at(event, None);
-        let deleted = sqlx::query(
-            "INSERT INTO users AS u (id, deleted_at, last_event_at, last_event_id)
-             VALUES ($1, $2, $2, $3)
-             ON CONFLICT (id) DO UPDATE
-             SET email = NULL,
-                 first_name = NULL,
-                 last_name = NULL,
-                 deleted_at = EXCLUDED.deleted_at,
-                 last_event_at = GREATEST(u.last_event_at, EXCLUDED.last_event_at),
-                 last_event_id = EXCLUDED.last_event_id
-             WHERE u.deleted_at IS NULL",
-        )
-        .bind(&user.id)
-        .bind(at)
-        .bind(event.id.as_str())
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-        if deleted == 0 {
-            log_stale(event, "user", &user.id);
-        }
-        outbox::give_up_for_user(conn, &user.id, "user deleted").await?;
-        Ok(())
-    }
-}
+/// The soft delete.
+const DELETED: &str = "deleted_users AS (
+                 INSERT INTO users AS u (id, deleted_at, last_event_at, last_event_id)
+                 SELECT a.user_id, a.deleted_at, a.deleted_at, a.event_id
+                 FROM applied a
+                 ORDER BY a.user_id
+                 ON CONFLICT (id) DO UPDATE
+                 SET email = NULL,
+                     first_name = NULL,
+                     last_name = NULL,
+                     deleted_at = EXCLUDED.deleted_at,
+                     last_event_at = GREATEST(u.last_event_at, EXCLUDED.last_event_at),
+                     last_event_id = EXCLUDED.last_event_id
+                 WHERE u.deleted_at IS NULL
+                 RETURNING id
+             )";
 
-/// What became of the projection row.
-#[derive(Debug, PartialEq, Eq)]
-enum Projected {
-    /// Written (inserted or moved forward).
-    Written,
-    /// Left alone: a newer event wrote it already.
-    Stale,
-    /// Left alone: the user is deleted.
-    Deleted,
+/// A user deleted already: said, not failed.
+const DELETED_ALREADY: &str =
+    "SELECT a.n, 'stale event: user ' || a.user_id || ' is already deleted; nothing changed'
+             FROM applied a
+             WHERE a.user_id NOT IN (SELECT id FROM deleted_users)";
+
+impl Effect for UserDeleted {
+    fn writes(&self) -> Writes {
+        Writes {
+            input: vec![
+                ("user_id", SqlType::Text),
+                ("deleted_at", SqlType::Timestamptz),
+                ("event_id", SqlType::Text),
+            ],
+            ctes: vec![
+                DELETED.into(),
+                outbox::give_up_for_users("given_up", "SELECT user_id FROM applied", "user deleted"),
+            ],
+            notes: vec![DELETED_ALREADY.into()],
+        }
+    }
+
+    fn input<'e>(&self, event: &'e Event) -> Result<Vec<Value<'e>>, EffectError> {
+        let user: DeletedUser = data(event)?;
+        Ok(vec![user.id.into(), ordered_at(event, None).into(), event.id.as_str().into()])
+    }
 }
 
 /// Writes the user if the event is newer than what wrote the row last and
-/// the user is not deleted.
-async fn project(conn: &mut PgConnection, event: &Event, user: &User) -> Result<Projected, EffectError> {
-    let at = ordered_at(event, from_millis(user.updated_at));
-    let written = sqlx::query(
-        "INSERT INTO users AS u (id, email, first_name, last_name, created_at, last_event_at, last_event_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (id) DO UPDATE
-         SET email = EXCLUDED.email,
-             first_name = EXCLUDED.first_name,
-             last_name = EXCLUDED.last_name,
-             created_at = COALESCE(u.created_at, EXCLUDED.created_at),
-             last_event_at = EXCLUDED.last_event_at,
-             last_event_id = EXCLUDED.last_event_id
-         -- The ordering guard, in the statement (see subscriptions); and a
-         -- deleted user stays deleted.
-         WHERE u.deleted_at IS NULL AND u.last_event_at < EXCLUDED.last_event_at",
-    )
-    .bind(&user.id)
-    .bind(user.primary_email())
-    .bind(&user.first_name)
-    .bind(&user.last_name)
-    .bind(from_millis(user.created_at).unwrap_or(at))
-    .bind(at)
-    .bind(event.id.as_str())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if written == 1 {
-        return Ok(Projected::Written);
+/// the user is not deleted: the ordering guard, in the statement (see
+/// subscriptions); and a deleted user stays deleted.
+const PROJECTED: &str = "projected_users AS (
+                 INSERT INTO users AS u (id, email, first_name, last_name, created_at, last_event_at, last_event_id)
+                 SELECT a.user_id, a.email, a.first_name, a.last_name, a.created_at, a.ordered_at, a.event_id
+                 FROM applied a
+                 ORDER BY a.user_id
+                 ON CONFLICT (id) DO UPDATE
+                 SET email = EXCLUDED.email,
+                     first_name = EXCLUDED.first_name,
+                     last_name = EXCLUDED.last_name,
+                     created_at = COALESCE(u.created_at, EXCLUDED.created_at),
+                     last_event_at = EXCLUDED.last_event_at,
+                     last_event_id = EXCLUDED.last_event_id
+                 WHERE u.deleted_at IS NULL AND u.last_event_at < EXCLUDED.last_event_at
+                 RETURNING id
+             )";
+
+/// An event older than the projection, or about a deleted user: said, not failed.
+const STALE: &str =
+    "SELECT a.n, 'stale event: user ' || a.user_id || ' is already newer or deleted; nothing changed'
+             FROM applied a
+             WHERE a.user_id NOT IN (SELECT id FROM projected_users)";
+
+/// The welcome, unless the user is deleted. Read from the table as the
+/// statement found it: a deletion committed meanwhile may leave a welcome
+/// row, which the outbox never sends, since it reads the address when it
+/// sends and a deleted user has none.
+const WELCOME: &str = "SELECT 'user:' || a.user_id || ':welcome' AS cause, a.user_id,
+                        NULL::text AS subscription_id, a.event_id
+                 FROM applied a
+                 WHERE NOT EXISTS (SELECT FROM users u WHERE u.id = a.user_id AND u.deleted_at IS NOT NULL)";
+
+/// The projection's part of an effect: its input columns and writes.
+fn projection() -> Writes {
+    Writes {
+        input: vec![
+            ("user_id", SqlType::Text),
+            ("email", SqlType::Text),
+            ("first_name", SqlType::Text),
+            ("last_name", SqlType::Text),
+            ("created_at", SqlType::Timestamptz),
+            ("ordered_at", SqlType::Timestamptz),
+            ("event_id", SqlType::Text),
+        ],
+        ctes: vec![PROJECTED.into()],
+        notes: vec![STALE.into()],
     }
-    log_stale(event, "user", &user.id);
-    // The failed guard left the row locked by this transaction, so this
-    // read cannot race a concurrent deletion.
-    let deleted: bool = sqlx::query_scalar("SELECT deleted_at IS NOT NULL FROM users WHERE id = $1")
-        .bind(&user.id)
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(if deleted { Projected::Deleted } else { Projected::Stale })
+}
+
+/// The projection's values for `user`, in the order of [`projection`].
+fn projected<'e>(event: &'e Event, user: User) -> Result<Vec<Value<'e>>, EffectError> {
+    let at = ordered_at(event, from_millis(user.updated_at));
+    let email = user.primary_email().map(str::to_owned);
+    Ok(vec![
+        user.id.into(),
+        email.into(),
+        user.first_name.into(),
+        user.last_name.into(),
+        from_millis(user.created_at).unwrap_or(at).into(),
+        at.into(),
+        event.id.as_str().into(),
+    ])
 }

@@ -122,11 +122,6 @@ struct Period {
     ends_at: DateTime<Utc>,
 }
 
-/// The user id in `custom_data`, if any.
-fn user_id<'a>(custom_data: &'a Option<CustomData<'_>>) -> Option<&'a str> {
-    custom_data.as_ref().and_then(|c| c.user_id.as_deref())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,17 +6,13 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use sqlx::PgConnection;
-use sqlx::types::Json;
-use tracing::instrument;
 
-use super::credits::{self, Grant};
-use super::{CustomData, Item, Period, PriceCredits, user_id};
-use crate::effects::{data, log_stale, ordered_at};
+use super::credits::Grant;
+use super::{CustomData, Item, Period, PriceCredits};
+use crate::effects::{data, ordered_at};
 use crate::event::Event;
-use crate::inbox::{Effect, EffectError};
-use crate::outbox::{self, Email, EmailKind};
+use crate::inbox::{Effect, EffectError, SqlType, Value, Writes};
+use crate::outbox::{self, EmailKind};
 
 /// The part of a Paddle subscription entity the projection keeps.
 #[derive(Debug, Deserialize)]
@@ -32,7 +28,7 @@ struct Subscription<'a> {
     #[serde(default, borrow)]
     items: Vec<Item<'a>>,
     current_billing_period: Option<Period>,
-    scheduled_change: Option<Value>,
+    scheduled_change: Option<serde_json::Value>,
     canceled_at: Option<DateTime<Utc>>,
     created_at: Option<DateTime<Utc>>,
     updated_at: Option<DateTime<Utc>>,
@@ -64,22 +60,25 @@ pub const CHANGES: [&str; 7] = [
 pub struct SubscriptionCreated(pub Arc<PriceCredits>);
 
 impl Effect for SubscriptionCreated {
-    #[instrument(name = "subscription_created", level = "debug", skip_all)]
-    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
+    fn writes(&self) -> Writes {
+        projection().and(Grant::writes())
+    }
+
+    fn input<'e>(&self, event: &'e Event) -> Result<Vec<Value<'e>>, EffectError> {
         let subscription: Subscription = data(event)?;
-        let id = subscription.id(event)?;
+        let cause = format!("subscription:{}:initial", subscription.id(event)?);
         let amount = self.0.for_items(&subscription.items)?;
-        project(conn, event, &subscription).await?;
         let grant = Grant {
-            cause: format!("subscription:{id}:initial"),
+            cause,
             event_id: &event.id,
-            subscription_id: id,
-            user_id: user_id(&subscription.custom_data),
+            subscription_id: subscription.id.clone().unwrap_or_default(),
+            user_id: subscription.custom_data.as_ref().and_then(|custom| custom.user_id.clone()),
             amount,
             period_starts_at: subscription.current_billing_period.as_ref().map(|p| p.starts_at),
         };
-        credits::grant(conn, &grant).await?;
-        Ok(())
+        let mut input = projected(event, subscription)?;
+        input.extend(grant.input());
+        Ok(input)
     }
 }
 
@@ -87,10 +86,12 @@ impl Effect for SubscriptionCreated {
 pub struct SubscriptionChanged;
 
 impl Effect for SubscriptionChanged {
-    #[instrument(name = "subscription_changed", level = "debug", skip_all)]
-    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
-        let subscription: Subscription = data(event)?;
-        project(conn, event, &subscription).await
+    fn writes(&self) -> Writes {
+        projection()
+    }
+
+    fn input<'e>(&self, event: &'e Event) -> Result<Vec<Value<'e>>, EffectError> {
+        projected(event, data(event)?)
     }
 }
 
@@ -103,76 +104,98 @@ struct ItemRow<'a> {
 
 /// Writes the projection if the event is newer than what wrote it last, and
 /// enqueues the downgrade notice when the subscription ends up canceled.
-async fn project(
-    conn: &mut PgConnection,
-    event: &Event,
-    subscription: &Subscription<'_>,
-) -> Result<(), EffectError> {
-    let id = subscription.id(event)?;
+///
+/// The ordering guard is in the statement: a concurrent writer of the same
+/// row makes this one wait and then re-check against the row it committed,
+/// so an older event never overwrites a newer one.
+const PROJECTED: &str = "projected_subscriptions AS (
+                 INSERT INTO subscriptions AS s
+                     (id, customer_id, user_id, status, items, current_period_starts_at, current_period_ends_at,
+                      scheduled_change, canceled_at, created_at, last_event_at, last_event_id)
+                 SELECT a.subscription_id, a.customer_id, a.user_id, a.status, a.items, a.period_starts_at,
+                        a.period_ends_at, a.scheduled_change, a.canceled_at, COALESCE(a.created_at, now()),
+                        a.ordered_at, a.event_id
+                 FROM applied a
+                 ORDER BY a.subscription_id
+                 ON CONFLICT (id) DO UPDATE
+                 SET customer_id = EXCLUDED.customer_id,
+                     user_id = COALESCE(EXCLUDED.user_id, s.user_id),
+                     -- Canceled is final (Paddle cannot reactivate a canceled
+                     -- subscription): no event moves the status out of it, not even
+                     -- one with an equal timestamp.
+                     status = CASE WHEN s.status = 'canceled' THEN s.status ELSE EXCLUDED.status END,
+                     canceled_at = CASE WHEN s.status = 'canceled' THEN s.canceled_at ELSE EXCLUDED.canceled_at END,
+                     items = EXCLUDED.items,
+                     current_period_starts_at = EXCLUDED.current_period_starts_at,
+                     current_period_ends_at = EXCLUDED.current_period_ends_at,
+                     scheduled_change = EXCLUDED.scheduled_change,
+                     updated_at = now(),
+                     last_event_at = EXCLUDED.last_event_at,
+                     last_event_id = EXCLUDED.last_event_id
+                 WHERE s.last_event_at < EXCLUDED.last_event_at
+                 RETURNING id, status, user_id, last_event_id
+             )";
+
+/// The downgrade happens once per subscription, whichever event
+/// (`subscription.canceled`, or an `updated` with status canceled) gets
+/// there first: the cause is the subscription, not the event.
+const CANCELED: &str = "SELECT 'subscription:' || p.id || ':canceled' AS cause, p.user_id,
+                        p.id AS subscription_id, p.last_event_id AS event_id
+                 FROM projected_subscriptions p WHERE p.status = 'canceled'";
+
+/// An event older than the projection: said, not failed.
+const STALE: &str =
+    "SELECT a.n, 'stale event: subscription ' || a.subscription_id || ' is already newer; nothing changed'
+             FROM applied a
+             WHERE a.subscription_id NOT IN (SELECT id FROM projected_subscriptions)";
+
+/// The projection's part of an effect: its input columns and writes.
+fn projection() -> Writes {
+    Writes {
+        input: vec![
+            ("subscription_id", SqlType::Text),
+            ("customer_id", SqlType::Text),
+            ("user_id", SqlType::Text),
+            ("status", SqlType::Text),
+            ("items", SqlType::Jsonb),
+            ("period_starts_at", SqlType::Timestamptz),
+            ("period_ends_at", SqlType::Timestamptz),
+            ("scheduled_change", SqlType::Jsonb),
+            ("canceled_at", SqlType::Timestamptz),
+            ("created_at", SqlType::Timestamptz),
+            ("ordered_at", SqlType::Timestamptz),
+            ("event_id", SqlType::Text),
+        ],
+        ctes: vec![PROJECTED.into(), outbox::enqueue("downgrade", EmailKind::Downgrade, CANCELED)],
+        notes: vec![STALE.into()],
+    }
+}
+
+/// The projection's values for `subscription`, in the order of [`projection`].
+fn projected<'e>(event: &'e Event, subscription: Subscription<'e>) -> Result<Vec<Value<'e>>, EffectError> {
+    subscription.id(event)?;
     let at = ordered_at(event, subscription.updated_at);
     let items: Vec<ItemRow<'_>> = subscription
         .items
         .iter()
         .map(|item| ItemRow { price_id: &item.price.id, quantity: item.quantity })
         .collect();
+    let items = serde_json::to_string(&items).map_err(|e| EffectError::Invalid(e.to_string()))?;
     let period = subscription.current_billing_period.as_ref();
-    let applied: Option<(String, Option<String>)> = sqlx::query_as(
-        "INSERT INTO subscriptions AS s
-             (id, customer_id, user_id, status, items, current_period_starts_at, current_period_ends_at,
-              scheduled_change, canceled_at, created_at, last_event_at, last_event_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, COALESCE($10, now()), $11, $12)
-         ON CONFLICT (id) DO UPDATE
-         SET customer_id = EXCLUDED.customer_id,
-             user_id = COALESCE(EXCLUDED.user_id, s.user_id),
-             -- Canceled is final (Paddle cannot reactivate a canceled
-             -- subscription): no event moves the status out of it, not even
-             -- one with an equal timestamp.
-             status = CASE WHEN s.status = 'canceled' THEN s.status ELSE EXCLUDED.status END,
-             canceled_at = CASE WHEN s.status = 'canceled' THEN s.canceled_at ELSE EXCLUDED.canceled_at END,
-             items = EXCLUDED.items,
-             current_period_starts_at = EXCLUDED.current_period_starts_at,
-             current_period_ends_at = EXCLUDED.current_period_ends_at,
-             scheduled_change = EXCLUDED.scheduled_change,
-             updated_at = now(),
-             last_event_at = EXCLUDED.last_event_at,
-             last_event_id = EXCLUDED.last_event_id
-         -- The ordering guard, in the statement: a concurrent writer of the
-         -- same row makes this one wait and then re-check against the row it
-         -- committed, so an older event never overwrites a newer one.
-         WHERE s.last_event_at < EXCLUDED.last_event_at
-         RETURNING status, user_id",
-    )
-    .bind(id)
-    .bind(subscription.customer_id.as_ref())
-    .bind(user_id(&subscription.custom_data))
-    .bind(subscription.status.as_ref())
-    .bind(Json(items))
-    .bind(period.map(|p| p.starts_at))
-    .bind(period.map(|p| p.ends_at))
-    .bind(subscription.scheduled_change.as_ref().filter(|v| !v.is_null()).map(Json))
-    .bind(subscription.canceled_at)
-    .bind(subscription.created_at)
-    .bind(at)
-    .bind(event.id.as_str())
-    .fetch_optional(&mut *conn)
-    .await?;
-
-    match applied {
-        None => log_stale(event, "subscription", id),
-        // The downgrade happens once per subscription, whichever event
-        // (`subscription.canceled`, or an `updated` with status canceled)
-        // gets there first: the cause is the subscription, not the event.
-        Some((status, user_id)) if status == "canceled" => {
-            let notice = Email {
-                cause: format!("subscription:{id}:canceled"),
-                kind: EmailKind::Downgrade,
-                user_id: user_id.as_deref(),
-                subscription_id: Some(id),
-                event_id: &event.id,
-            };
-            outbox::enqueue(conn, &notice).await?;
-        }
-        Some(_) => {}
-    }
-    Ok(())
+    let scheduled_change =
+        subscription.scheduled_change.as_ref().filter(|v| !v.is_null()).map(serde_json::Value::to_string);
+    Ok(vec![
+        subscription.id.into(),
+        subscription.customer_id.into(),
+        subscription.custom_data.and_then(|custom| custom.user_id).into(),
+        subscription.status.into(),
+        items.into(),
+        period.map(|p| p.starts_at).into(),
+        period.map(|p| p.ends_at).into(),
+        scheduled_change.into(),
+        subscription.canceled_at.into(),
+        subscription.created_at.into(),
+        at.into(),
+        event.id.as_str().into(),
+    ])
 }

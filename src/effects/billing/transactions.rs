@@ -4,14 +4,12 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use sqlx::PgConnection;
-use tracing::instrument;
 
-use super::credits::{self, Grant};
-use super::{CustomData, Item, Period, PriceCredits, user_id};
+use super::credits::Grant;
+use super::{CustomData, Item, Period, PriceCredits};
 use crate::effects::data;
 use crate::event::Event;
-use crate::inbox::{Effect, EffectError};
+use crate::inbox::{Effect, EffectError, Value, Writes};
 
 /// The origin Paddle gives the transactions it creates to renew a subscription.
 const RENEWAL: &str = "subscription_recurring";
@@ -40,24 +38,27 @@ struct Transaction<'a> {
 pub struct TransactionCompleted(pub Arc<PriceCredits>);
 
 impl Effect for TransactionCompleted {
-    #[instrument(name = "transaction_completed", level = "debug", skip_all)]
-    async fn apply(&self, conn: &mut PgConnection, event: &Event) -> Result<(), EffectError> {
+    fn writes(&self) -> Writes {
+        Grant::writes()
+    }
+
+    fn input<'e>(&self, event: &'e Event) -> Result<Vec<Value<'e>>, EffectError> {
         let transaction: Transaction = data(event)?;
         if transaction.origin.as_deref() != Some(RENEWAL) {
-            return Ok(());
+            return Ok(Grant::none());
         }
-        let subscription_id = transaction.subscription_id.as_deref().ok_or_else(|| {
+        let amount = self.0.for_items(&transaction.items)?;
+        let subscription_id = transaction.subscription_id.ok_or_else(|| {
             EffectError::Invalid("transaction.completed of a renewal without data.subscription_id".into())
         })?;
         let grant = Grant {
             cause: format!("transaction:{}", transaction.id),
             event_id: &event.id,
             subscription_id,
-            user_id: user_id(&transaction.custom_data),
-            amount: self.0.for_items(&transaction.items)?,
+            user_id: transaction.custom_data.and_then(|custom| custom.user_id),
+            amount,
             period_starts_at: transaction.billing_period.as_ref().map(|p| p.starts_at),
         };
-        credits::grant(conn, &grant).await?;
-        Ok(())
+        Ok(grant.input())
     }
 }

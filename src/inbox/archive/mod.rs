@@ -1,6 +1,8 @@
 //! The statements that write the archive and the dedup table, and the one
 //! place that says which value of a delivery goes in which archive column.
 
+mod effects;
+
 use std::sync::LazyLock;
 
 use sqlx::postgres::PgHasArrayType;
@@ -9,6 +11,8 @@ use tracing::instrument;
 
 use super::{Delivery, Forward, Forwards};
 use crate::db::statement::{PgQuery, numbered};
+
+pub(super) use effects::{Applied, EffectStatements, apply_many, write_effect};
 
 /// A delivery's archive columns, in order: name, SQL type of the bound
 /// value, and the value. Adding a column to the archive is its migration and
@@ -121,42 +125,99 @@ fn jobs(from: &str, body: &str, event: &str, first: &str) -> String {
     )
 }
 
-static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
+/// The pieces of text every statement is written from, from [`columns`].
+struct Parts {
+    /// The archive's column names, comma separated.
+    names: String,
+    /// `$payload::jsonb, ...`: one delivery's values.
+    values: String,
+    /// `$provider::text[], ...`: the arrays of several deliveries' values.
+    arrays: String,
+    /// `i.provider, i.payload::jsonb, ...`: the columns of the rows unnest
+    /// makes of the arrays, as stored.
+    input: String,
+    /// The archive's parameter names, in binding order.
+    parameters: Vec<&'static str>,
+}
+
+impl Parts {
+    /// The parameters of a statement: the columns', then `own`.
+    fn parameters<'a>(&'a self, own: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        self.parameters.iter().copied().chain(own).collect()
+    }
+
+    /// The jobs of a batch's deliveries recorded first ([`JOBS_OF_MANY`]).
+    fn jobs_of_many(&self) -> String {
+        jobs(
+            "unnest($delivery_numbers::int8[], $destinations::text[], $ordering_keys::text[], $bodies::bytea[])
+                      AS f(n, destination, ordering_key, body)
+                  JOIN input i ON i.n = f.n
+                  JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id",
+            "f.body",
+            "i.provider, i.event_id, i.event_type, i.occurred_at",
+            "true",
+        )
+    }
+
+    /// Several deliveries recorded by one statement: `input`, the rows of
+    /// the arrays (numbered `n` if `ordinality` says so); `dedup`, the dedup
+    /// rows inserted; then `ctes` (each `,\n name AS (...)`, reading those);
+    /// then `main`, which writes the archive rows ([`Parts::archive_many`]).
+    fn record_many(&self, ordinality: &str, ctes: &str, main: &str) -> String {
+        let Parts { arrays, .. } = self;
+        format!(
+            "WITH input AS (
+                 SELECT * FROM unnest({arrays}) {ordinality}
+             ),
+             dedup AS (
+                 INSERT INTO processed_webhook_events (provider, event_id, event_type)
+                 SELECT provider, event_id, event_type FROM input ORDER BY provider, event_id
+                 ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
+                 RETURNING provider, event_id
+             ){ctes}
+             {main}"
+        )
+    }
+
+    /// The archive rows of `input`, each with its final status: PROCESSED if
+    /// `dedup` has its event, else SKIPPED.
+    fn archive_many(&self) -> String {
+        let Parts { names, input, .. } = self;
+        format!(
+            "INSERT INTO webhook_events ({names}, processing_status, processed_at)
+             SELECT {input},
+                    CASE WHEN d.event_id IS NULL THEN 'SKIPPED' ELSE 'PROCESSED' END,
+                    now()
+             FROM input i LEFT JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id
+             RETURNING id, provider, event_id, processing_status = 'PROCESSED' AS first"
+        )
+    }
+}
+
+static PARTS: LazyLock<Parts> = LazyLock::new(|| {
     let Names(columns) = columns(Names::default());
     let cast = |name: &str| CAST.iter().find(|(cast, _)| *cast == name).map(|(_, to)| format!("::{to}"));
-    let names = columns.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ");
-    // $payload::jsonb, ...: one delivery's values.
-    let values = (columns.iter())
-        .map(|(name, _)| format!("${name}{}", cast(name).unwrap_or_default()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    // $provider::text[], ...: the arrays of several deliveries' values, and
-    // the columns of the rows unnest makes of them.
-    let arrays = columns
-        .iter()
-        .map(|(name, sql_type)| format!("${name}::{sql_type}[]"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let input = columns
-        .iter()
-        .map(|(name, _)| format!("i.{name}{}", cast(name).unwrap_or_default()))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = |column: &dyn Fn(&str, &str) -> String| {
+        columns.iter().map(|(name, sql_type)| column(name, sql_type)).collect::<Vec<_>>().join(", ")
+    };
+    Parts {
+        names: list(&|name, _| name.to_string()),
+        values: list(&|name, _| format!("${name}{}", cast(name).unwrap_or_default())),
+        arrays: list(&|name, sql_type| format!("${name}::{sql_type}[]")),
+        input: list(&|name, _| format!("i.{name}{}", cast(name).unwrap_or_default())),
+        parameters: columns.iter().map(|(name, _)| *name).collect(),
+    }
+});
+
+static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
+    let parts = &*PARTS;
+    let Parts { names, values, .. } = parts;
     let jobs_of_one = jobs(
         "unnest($destinations::text[], $ordering_keys::text[]) AS f(destination, ordering_key),
                   (SELECT $body::bytea AS body) AS b",
         "b.body",
         "$provider, $event_id, $event_type, $occurred_at",
         "EXISTS (SELECT FROM dedup)",
-    );
-    let jobs_of_many = jobs(
-        "unnest($delivery_numbers::int8[], $destinations::text[], $ordering_keys::text[], $bodies::bytea[])
-                      AS f(n, destination, ordering_key, body)
-                  JOIN input i ON i.n = f.n
-                  JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id",
-        "f.body",
-        "i.provider, i.event_id, i.event_type, i.occurred_at",
-        "true",
     );
     let record = |jobs: &str| {
         format!(
@@ -173,50 +234,31 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
              RETURNING id, processing_status = 'PROCESSED'"
         )
     };
-    let record_many = |ordinality: &str, jobs: &str| {
-        format!(
-            "WITH input AS (
-                 SELECT * FROM unnest({arrays}) {ordinality}
-             ),
-             dedup AS (
-                 INSERT INTO processed_webhook_events (provider, event_id, event_type)
-                 SELECT provider, event_id, event_type FROM input ORDER BY provider, event_id
-                 ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
-                 RETURNING provider, event_id
-             ){jobs}
-             INSERT INTO webhook_events ({names}, processing_status, processed_at)
-             SELECT {input},
-                    CASE WHEN d.event_id IS NULL THEN 'SKIPPED' ELSE 'PROCESSED' END,
-                    now()
-             FROM input i LEFT JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id
-             RETURNING id, provider, event_id, processing_status = 'PROCESSED'"
-        )
-    };
-    // Each statement's parameters: the columns', then its own.
-    let parameters = |own: &[&'static str]| {
-        columns.iter().map(|(name, _)| *name).chain(own.iter().copied()).collect::<Vec<_>>()
-    };
     Statements {
-        record: numbered(&record(""), &parameters(&[])),
-        record_many: numbered(&record_many(&format!("AS t({names})"), ""), &parameters(&[])),
+        record: numbered(&record(""), &parts.parameters([])),
+        record_many: numbered(
+            &parts.record_many(&format!("AS t({names})"), "", &parts.archive_many()),
+            &parts.parameters([]),
+        ),
         record_failure: numbered(
             &format!(
                 "INSERT INTO webhook_events ({names}, processing_status, error_message)
                  VALUES ({values}, 'FAILED', $error)
                  RETURNING id"
             ),
-            &parameters(&ERROR),
+            &parts.parameters(ERROR),
         ),
         record_forwarding: numbered(
             &record(&format!(",\n             {jobs_of_one}")),
-            &parameters(&JOBS_OF_ONE),
+            &parts.parameters(JOBS_OF_ONE),
         ),
         record_many_forwarding: numbered(
-            &record_many(
+            &parts.record_many(
                 &format!("WITH ORDINALITY AS t({names}, n)"),
-                &format!(",\n             {jobs_of_many}"),
+                &format!(",\n             {}", parts.jobs_of_many()),
+                &parts.archive_many(),
             ),
-            &parameters(&JOBS_OF_MANY),
+            &parts.parameters(JOBS_OF_MANY),
         ),
     }
 });
@@ -291,11 +333,7 @@ pub async fn record_many(
     deliveries: &[&Delivery],
     forwards: &[&Forwards],
 ) -> sqlx::Result<Vec<(i64, bool)>> {
-    // Each job with the (1-based) position of its delivery.
-    let jobs: Vec<(i64, &Delivery, &Forward)> = (1..)
-        .zip(deliveries.iter().zip(forwards))
-        .flat_map(|(n, (delivery, forwards))| forwards.jobs().iter().map(move |job| (n, *delivery, job)))
-        .collect();
+    let jobs = numbered_jobs(deliveries, forwards);
     let statement = match jobs.is_empty() {
         true => &STATEMENTS.record_many,
         false => &STATEMENTS.record_many_forwarding,
@@ -316,6 +354,17 @@ pub async fn record_many(
             }
             Err(sqlx::Error::Protocol("a batched delivery was not recorded".into()))
         })
+        .collect()
+}
+
+/// Each job of `deliveries` with the (1-based) position of its delivery.
+fn numbered_jobs<'d>(
+    deliveries: &[&'d Delivery],
+    forwards: &[&'d Forwards],
+) -> Vec<(i64, &'d Delivery, &'d Forward)> {
+    (1..)
+        .zip(deliveries.iter().zip(forwards))
+        .flat_map(|(n, (delivery, forwards))| forwards.jobs().iter().map(move |job| (n, *delivery, job)))
         .collect()
 }
 

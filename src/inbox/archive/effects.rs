@@ -1,0 +1,159 @@
+//! An effect's statements: the deliveries' dedup and archive rows and the
+//! effect's writes in one statement, batched or not; or the effect alone,
+//! in the transaction a failed statement falls back to.
+
+use std::sync::Arc;
+
+use sqlx::{AssertSqlSafe, PgConnection, Row};
+use tracing::instrument;
+
+use super::{JOBS_OF_MANY, Many, PARTS, bind_jobs_of_many, columns, numbered_jobs};
+use crate::db::statement::numbered;
+use crate::inbox::effect::{Value, Writes};
+use crate::inbox::{Delivery, Forwards};
+
+/// The statements that write an effect ([`Writes`]): with the deliveries'
+/// dedup and archive rows, without or with their jobs; or alone, in a
+/// transaction that recorded the delivery already. Built once per effect.
+///
+/// Each is an `Arc<str>`, handed to each query without a copy: sqlx takes
+/// only `'static` text or text asserted to be SQL, which these are, written
+/// by the effect's code, never from input.
+pub(in crate::inbox) struct EffectStatements {
+    applying: Arc<str>,
+    applying_forwarding: Arc<str>,
+    alone: Arc<str>,
+}
+
+impl EffectStatements {
+    /// The statements of `writes`.
+    pub(in crate::inbox) fn of(writes: &Writes) -> Self {
+        let parts = &*PARTS;
+        let (unnest, effect_names) = writes.unnest();
+        let ctes = writes.ctes.join(",\n             ");
+        let notes = writes.notes();
+        // `applied`: the effect's input rows, each numbered as its delivery;
+        // with `joins`, only those whose dedup row this statement inserted.
+        let applied = |joins: &str| {
+            format!(
+                "applied AS (
+                 SELECT {columns}
+                 FROM {unnest} WITH ORDINALITY AS e({effect_names}, n){joins}
+             ),
+             {ctes},
+             notes (n, note) AS ({notes})",
+                columns = writes.applied_columns("e"),
+            )
+        };
+        let recorded = applied(
+            "
+                 JOIN input i ON i.n = e.n
+                 JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id",
+        );
+        let main = format!(
+            "archived AS (
+             {archive}
+             )
+             SELECT i.n, a.id, a.first, ARRAY(SELECT note FROM notes WHERE notes.n = i.n) AS notes
+             FROM archived a JOIN input i ON i.provider = a.provider AND i.event_id = a.event_id",
+            archive = parts.archive_many(),
+        );
+        let ordinality = format!("WITH ORDINALITY AS t({}, n)", parts.names);
+        let effect_parameters = writes.parameters();
+        let effect_parameters = effect_parameters.iter().map(String::as_str);
+        EffectStatements {
+            applying: numbered(
+                &parts.record_many(&ordinality, &format!(",\n             {recorded},"), &main),
+                &parts.parameters(effect_parameters.clone()),
+            )
+            .into(),
+            applying_forwarding: numbered(
+                &parts.record_many(
+                    &ordinality,
+                    &format!(",\n             {},\n             {recorded},", parts.jobs_of_many()),
+                    &main,
+                ),
+                &parts.parameters(JOBS_OF_MANY.into_iter().chain(effect_parameters.clone())),
+            )
+            .into(),
+            alone: numbered(
+                &format!("WITH {}\n             SELECT ARRAY(SELECT note FROM notes)", applied("")),
+                &effect_parameters.collect::<Vec<_>>(),
+            )
+            .into(),
+        }
+    }
+}
+
+/// What became of a delivery recorded with its effect: its archive row,
+/// whether it was its event's first (and its effect written), and the
+/// effect's notes about it.
+#[derive(Debug)]
+pub(in crate::inbox) struct Applied {
+    pub archive_id: i64,
+    pub first: bool,
+    pub notes: Vec<String>,
+}
+
+/// Records deliveries whose events share one effect, as [`record_many`]
+/// does, and writes the effect of each recorded first (`rows`, its input),
+/// all in one statement: one round trip and, autocommitted, one commit.
+/// Answers in input order. No two deliveries may share a
+/// `(provider, event_id)`.
+///
+/// Why this is safe as one statement: the effect's CTEs read `applied`,
+/// which joins the dedup rows this statement inserted, so a duplicate
+/// writes nothing; any error (an effect's constraint, a raised exception,
+/// a value PostgreSQL cannot store) rolls all of it back, and the caller
+/// then runs each delivery in a transaction of its own, where the error
+/// finds its delivery.
+#[instrument(level = "debug", skip_all, fields(deliveries = deliveries.len()))]
+pub(in crate::inbox) async fn apply_many(
+    conn: &mut PgConnection,
+    deliveries: &[&Delivery],
+    forwards: &[&Forwards],
+    writes: &Writes,
+    statements: &EffectStatements,
+    rows: &[&[Value<'_>]],
+) -> sqlx::Result<Vec<Applied>> {
+    let jobs = numbered_jobs(deliveries, forwards);
+    let statement = match jobs.is_empty() {
+        true => &statements.applying,
+        false => &statements.applying_forwarding,
+    };
+    let Many(mut query, _) = columns(Many(sqlx::query(AssertSqlSafe(statement.clone())), deliveries));
+    if !jobs.is_empty() {
+        query = bind_jobs_of_many(query, &jobs);
+    }
+    let answers = writes.bind(query, rows).fetch_all(conn).await?;
+    let mut applied: Vec<Option<Applied>> = deliveries.iter().map(|_| None).collect();
+    for answer in answers {
+        let n: i64 = answer.try_get(0)?;
+        let at = usize::try_from(n - 1).ok().filter(|&at| at < applied.len());
+        let at = at.ok_or_else(|| sqlx::Error::Protocol("an answer for no delivery".into()))?;
+        applied[at] = Some(Applied {
+            archive_id: answer.try_get(1)?,
+            first: answer.try_get(2)?,
+            notes: answer.try_get(3)?,
+        });
+    }
+    applied
+        .into_iter()
+        .map(|applied| {
+            applied.ok_or_else(|| sqlx::Error::Protocol("a batched delivery was not recorded".into()))
+        })
+        .collect()
+}
+
+/// Writes an effect alone (`row`, its input), inside the transaction that
+/// recorded its delivery first; returns its notes.
+#[instrument(level = "debug", skip_all)]
+pub(in crate::inbox) async fn write_effect(
+    conn: &mut PgConnection,
+    writes: &Writes,
+    statements: &EffectStatements,
+    row: &[Value<'_>],
+) -> sqlx::Result<Vec<String>> {
+    let query = writes.bind(sqlx::query(AssertSqlSafe(statements.alone.clone())), &[row]);
+    query.fetch_one(conn).await?.try_get(0)
+}
