@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::support::netns::Namespace;
-use crate::support::provider::{Attempt, in_parallel};
+use crate::support::provider::assert_2xx_or_503_with_retry_after;
 use crate::support::remote_postgres::RemotePostgres;
 use crate::support::socket;
 use crate::support::watch::until;
@@ -56,20 +56,10 @@ async fn a_database_host_that_vanishes_silently_costs_503s_within_the_bound_and_
     let addr = service.addr;
     let events = Event::mixed("vanish", 240);
     let provider = Arc::new(Provider::default());
-    let attempts: Arc<Mutex<Vec<Attempt>>> = Arc::default();
     let readiness = Readiness::watch(addr);
 
     // The provider delivers every event until it gets a 2xx, 4 at a time.
-    let load = tokio::spawn(in_parallel(events.clone(), 4, {
-        let (provider, attempts) = (provider.clone(), attempts.clone());
-        move |_, event: Event| {
-            let (provider, attempts) = (provider.clone(), attempts.clone());
-            async move {
-                let made = provider.until_2xx(&[addr], &event.delivery, Duration::from_millis(100)).await;
-                attempts.lock().unwrap().extend(made);
-            }
-        }
-    }));
+    let (load, attempts) = provider.load(addr, &events, 4, Duration::from_millis(100));
 
     until("a third of the events delivered", async || attempts.lock().unwrap().len() >= events.len() / 3)
         .await;
@@ -85,13 +75,7 @@ async fn a_database_host_that_vanishes_silently_costs_503s_within_the_bound_and_
 
     let attempts = attempts.lock().unwrap().clone();
     // Every request was answered: 2xx, or 503 with Retry-After.
-    for attempt in &attempts {
-        let answer = attempt.answer.as_ref().expect("every request answered");
-        assert!(
-            answer.is_success() || (answer.status == 503 && answer.header("retry-after").is_some()),
-            "{answer:?}"
-        );
-    }
+    assert_2xx_or_503_with_retry_after(&attempts);
     // None waited longer than the documented bound.
     let slowest = attempts.iter().map(|a| a.finished - a.started).max().unwrap();
     assert!(

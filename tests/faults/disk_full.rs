@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPoolOptions;
 
-use crate::support::provider::{Attempt, in_parallel};
+use crate::support::provider::{Attempt, assert_2xx_or_503_with_retry_after, in_parallel};
 use crate::support::tmpfs::Tmpfs;
 use crate::support::watch::until;
 use crate::support::*;
@@ -74,13 +74,7 @@ async fn a_full_disk_costs_503s_writes_no_failed_rows_and_the_service_recovers_o
     load.await.unwrap();
 
     let attempts = attempts.lock().unwrap().clone();
-    for attempt in &attempts {
-        let answer = attempt.answer.as_ref().expect("every request answered");
-        assert!(
-            answer.is_success() || (answer.status == 503 && answer.header("retry-after").is_some()),
-            "{answer:?}"
-        );
-    }
+    assert_2xx_or_503_with_retry_after(&attempts);
     let while_full = attempts.iter().filter(|a| a.started >= full_at && a.finished <= freed_at).count();
     let first_2xx =
         attempts.iter().filter(|a| a.succeeded() && a.finished > freed_at).map(|a| a.finished).min();

@@ -7,12 +7,12 @@
 //! crash, nothing doubled by the provider's retries.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPoolOptions;
 
-use crate::support::provider::{Attempt, in_parallel};
+use crate::support::provider::assert_2xx_or_503_with_retry_after;
 use crate::support::watch::until;
 use crate::support::*;
 
@@ -44,19 +44,8 @@ async fn crash_under_load(crash: Crash, run: &str) {
     let addr = service.addr;
     let events = Event::mixed(run, 240);
     let provider = Arc::new(Provider::default());
-    let attempts: Arc<Mutex<Vec<Attempt>>> = Arc::default();
-
     // The provider delivers every event until it gets a 2xx, 6 at a time.
-    let load = tokio::spawn(in_parallel(events.clone(), 6, {
-        let (provider, attempts) = (provider.clone(), attempts.clone());
-        move |_, event: Event| {
-            let (provider, attempts) = (provider.clone(), attempts.clone());
-            async move {
-                let made = provider.until_2xx(&[addr], &event.delivery, Duration::from_millis(50)).await;
-                attempts.lock().unwrap().extend(made);
-            }
-        }
-    }));
+    let (load, attempts) = provider.load(addr, &events, 6, Duration::from_millis(50));
 
     until("a third of the events delivered", async || attempts.lock().unwrap().len() >= events.len() / 3)
         .await;
@@ -70,13 +59,7 @@ async fn crash_under_load(crash: Crash, run: &str) {
     load.await.unwrap();
 
     let attempts = attempts.lock().unwrap().clone();
-    for attempt in &attempts {
-        let answer = attempt.answer.as_ref().expect("every request answered");
-        assert!(
-            answer.is_success() || (answer.status == 503 && answer.header("retry-after").is_some()),
-            "{answer:?}"
-        );
-    }
+    assert_2xx_or_503_with_retry_after(&attempts);
     let in_flight = attempts.iter().filter(|a| a.started < crashed_at && a.finished > crashed_at).count();
     let first_2xx =
         attempts.iter().filter(|a| a.succeeded() && a.started > back_at).map(|a| a.finished).min();

@@ -2,12 +2,12 @@
 //! it is down, the service recovers by itself, and every event the provider
 //! redelivers is applied exactly once.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPoolOptions;
 
-use crate::support::provider::{Attempt, in_parallel};
+use crate::support::provider::Attempt;
 use crate::support::watch::until;
 use crate::support::*;
 
@@ -21,19 +21,8 @@ async fn while_postgresql_is_down_every_answer_is_503_and_after_it_returns_each_
     let addr = service.addr;
     let events = Event::mixed("pgdown", 160);
     let provider = Arc::new(Provider::default());
-    let attempts: Arc<Mutex<Vec<Attempt>>> = Arc::default();
-
     // The provider delivers every event until it gets a 2xx, 4 at a time.
-    let load = tokio::spawn(in_parallel(events.clone(), 4, {
-        let (provider, attempts) = (provider.clone(), attempts.clone());
-        move |_, event: Event| {
-            let (provider, attempts) = (provider.clone(), attempts.clone());
-            async move {
-                let made = provider.until_2xx(&[addr], &event.delivery, Duration::from_millis(25)).await;
-                attempts.lock().unwrap().extend(made);
-            }
-        }
-    }));
+    let (load, attempts) = provider.load(addr, &events, 4, Duration::from_millis(25));
 
     // PostgreSQL goes away a third of the way in, for a while.
     until("a third of the events delivered", async || attempts.lock().unwrap().len() >= events.len() / 3)

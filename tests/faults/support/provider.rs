@@ -113,6 +113,29 @@ impl Provider {
         panic!("no 2xx after {MAX_ATTEMPTS} attempts: {:?}", attempts.last());
     }
 
+    /// Delivers every event to `addr` until it gets a 2xx, `concurrency` at
+    /// a time, waiting `backoff` between attempts, in a task of its own: the
+    /// load a fault is injected into. Each event's attempts join the list
+    /// once it got its 2xx.
+    pub fn load(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        events: &[Event],
+        concurrency: usize,
+        backoff: Duration,
+    ) -> (tokio::task::JoinHandle<()>, Arc<Mutex<Vec<Attempt>>>) {
+        let attempts: Arc<Mutex<Vec<Attempt>>> = Arc::default();
+        let (provider, made) = (self.clone(), attempts.clone());
+        let load = tokio::spawn(in_parallel(events.to_vec(), concurrency, move |_, event: Event| {
+            let (provider, made) = (provider.clone(), made.clone());
+            async move {
+                let attempts = provider.until_2xx(&[addr], &event.delivery, backoff).await;
+                made.lock().unwrap().extend(attempts);
+            }
+        }));
+        (load, attempts)
+    }
+
     /// Redelivers every event until it gets a 2xx, `concurrency` at a time.
     pub async fn redeliver_all(self: &Arc<Self>, addrs: &[SocketAddr], events: &[Event], concurrency: usize) {
         let deliveries: Vec<Delivery> = events.iter().map(|e| e.delivery.clone()).collect();
@@ -124,6 +147,19 @@ impl Provider {
             }
         })
         .await;
+    }
+}
+
+/// Asserts every attempt was answered, 2xx or 503 with `Retry-After`: what
+/// a provider may be told while the database is away.
+#[track_caller]
+pub fn assert_2xx_or_503_with_retry_after(attempts: &[Attempt]) {
+    for attempt in attempts {
+        let answer = attempt.answer.as_ref().expect("every request answered");
+        assert!(
+            answer.is_success() || (answer.status == 503 && answer.header("retry-after").is_some()),
+            "{answer:?}"
+        );
     }
 }
 
