@@ -36,18 +36,17 @@ use super::{Delivery, EffectError, InboxError, Recorded, ToApply};
 pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Recorded, InboxError> {
     if let Ok(row) = to_apply.input() {
         let effect = to_apply.effect();
-        let delivery = [to_apply.delivery()];
-        let written = archive::apply_many(
+        let written = archive::apply_one(
             &mut *conn,
-            &delivery,
-            &[to_apply.forwards()],
+            to_apply.delivery(),
+            to_apply.forwards(),
             effect.writes(),
             effect.statements(),
-            &[&row],
+            &row,
         )
         .await;
         match written {
-            Ok(mut applied) => return Ok(answered(to_apply, applied.remove(0))),
+            Ok(applied) => return Ok(answered(to_apply, applied)),
             // Gone, or busy in a way that waiting again would not change.
             Err(error)
                 if matches!(ErrorClass::of(&error), ErrorClass::Unavailable | ErrorClass::Contention) =>

@@ -87,7 +87,19 @@ impl Writes {
         (format!("unnest({arrays})"), names)
     }
 
-    /// The parameters [`Writes::unnest`] names, in binding order.
+    /// One row of one parameter per column, `$effect_<name>`, with `n` 1:
+    /// [`Writes::unnest`] for a delivery alone, which costs the server no
+    /// function scan over arrays and no join to find its row.
+    pub(super) fn values(&self) -> String {
+        let values = (self.input.iter())
+            .map(|(name, sql_type)| format!("${}::{}", parameter(name), sql_type.bound()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("(VALUES ({values}, 1::int8))")
+    }
+
+    /// The parameters [`Writes::unnest`] and [`Writes::values`] name, in
+    /// binding order.
     pub(super) fn parameters(&self) -> Vec<String> {
         self.input.iter().map(|(name, _)| parameter(name)).collect()
     }
@@ -101,6 +113,18 @@ impl Writes {
                 SqlType::Text | SqlType::Jsonb => query.bind(column.map(Value::text).collect::<Vec<_>>()),
                 SqlType::Int8 => query.bind(column.map(Value::int8).collect::<Vec<_>>()),
                 SqlType::Timestamptz => query.bind(column.map(Value::time).collect::<Vec<_>>()),
+            };
+        }
+        query
+    }
+
+    /// Binds one input row, a value per column, for [`Writes::values`].
+    pub(super) fn bind_one<'q>(&self, mut query: PgQuery<'q>, row: &'q [Value<'q>]) -> PgQuery<'q> {
+        for (value, (_, sql_type)) in row.iter().zip(&self.input) {
+            query = match sql_type {
+                SqlType::Text | SqlType::Jsonb => query.bind(value.text()),
+                SqlType::Int8 => query.bind(value.int8()),
+                SqlType::Timestamptz => query.bind(value.time()),
             };
         }
         query

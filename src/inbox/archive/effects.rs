@@ -7,7 +7,9 @@ use std::sync::Arc;
 use sqlx::{AssertSqlSafe, PgConnection, Row};
 use tracing::instrument;
 
-use super::{JOBS_OF_MANY, Many, PARTS, bind_jobs_of_many, columns, numbered_jobs};
+use super::{
+    JOBS_OF_MANY, JOBS_OF_ONE, Many, One, PARTS, bind_jobs_of_many, bind_jobs_of_one, columns, numbered_jobs,
+};
 use crate::db::statement::numbered;
 use crate::inbox::effect::{Value, Writes};
 use crate::inbox::{Delivery, Forwards};
@@ -20,6 +22,10 @@ use crate::inbox::{Delivery, Forwards};
 /// only `'static` text or text asserted to be SQL, which these are, written
 /// by the effect's code, never from input.
 pub(in crate::inbox) struct EffectStatements {
+    /// A delivery alone, its values as parameters; with its jobs.
+    one: Arc<str>,
+    one_forwarding: Arc<str>,
+    /// Several deliveries, their values as arrays; with their jobs.
     applying: Arc<str>,
     applying_forwarding: Arc<str>,
     alone: Arc<str>,
@@ -32,24 +38,29 @@ impl EffectStatements {
         let (unnest, effect_names) = writes.unnest();
         let ctes = writes.ctes.join(",\n             ");
         let notes = writes.notes();
-        // `applied`: the effect's input rows, each numbered as its delivery;
-        // with `joins`, only those whose dedup row this statement inserted.
-        let applied = |joins: &str| {
+        // `applied`: the effect's input rows (`from`), each numbered as its
+        // delivery; with `only_first`, only those whose dedup row this
+        // statement inserted.
+        let applied = |from: &str, only_first: &str| {
             format!(
                 "applied AS (
                  SELECT {columns}
-                 FROM {unnest} WITH ORDINALITY AS e({effect_names}, n){joins}
+                 FROM {from}{only_first}
              ),
              {ctes},
              notes (n, note) AS ({notes})",
                 columns = writes.applied_columns("e"),
             )
         };
+        let one = format!("{} AS e({effect_names}, n)", writes.values());
+        let recorded_one = applied(&one, "\n                 WHERE EXISTS (SELECT FROM dedup)");
         let recorded = applied(
+            &format!("{unnest} WITH ORDINALITY AS e({effect_names}, n)"),
             "
                  JOIN input i ON i.n = e.n
                  JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id",
         );
+        let notes_of_one = ", ARRAY(SELECT note FROM notes)";
         let main = format!(
             "archived AS (
              {archive}
@@ -62,6 +73,19 @@ impl EffectStatements {
         let effect_parameters = writes.parameters();
         let effect_parameters = effect_parameters.iter().map(String::as_str);
         EffectStatements {
+            one: numbered(
+                &parts.record_one(&format!(",\n             {recorded_one}"), notes_of_one),
+                &parts.parameters(effect_parameters.clone()),
+            )
+            .into(),
+            one_forwarding: numbered(
+                &parts.record_one(
+                    &format!(",\n             {},\n             {recorded_one}", parts.jobs_of_one()),
+                    notes_of_one,
+                ),
+                &parts.parameters(JOBS_OF_ONE.into_iter().chain(effect_parameters.clone())),
+            )
+            .into(),
             applying: numbered(
                 &parts.record_many(&ordinality, &format!(",\n             {recorded},"), &main),
                 &parts.parameters(effect_parameters.clone()),
@@ -77,7 +101,7 @@ impl EffectStatements {
             )
             .into(),
             alone: numbered(
-                &format!("WITH {}\n             SELECT ARRAY(SELECT note FROM notes)", applied("")),
+                &format!("WITH {}\n             SELECT ARRAY(SELECT note FROM notes)", applied(&one, "")),
                 &effect_parameters.collect::<Vec<_>>(),
             )
             .into(),
@@ -93,6 +117,32 @@ pub(in crate::inbox) struct Applied {
     pub archive_id: i64,
     pub first: bool,
     pub notes: Vec<String>,
+}
+
+/// Records one delivery as [`super::record`] does and, if it is its
+/// event's first, writes its effect (`row`, its input), in one statement:
+/// [`apply_many`] for a delivery alone, whose values are parameters rather
+/// than arrays, so the server runs no `unnest` and no join to find it.
+#[instrument(level = "debug", skip_all)]
+pub(in crate::inbox) async fn apply_one(
+    conn: &mut PgConnection,
+    delivery: &Delivery,
+    forwards: &Forwards,
+    writes: &Writes,
+    statements: &EffectStatements,
+    row: &[Value<'_>],
+) -> sqlx::Result<Applied> {
+    let jobs = forwards.jobs();
+    let statement = match jobs.is_empty() {
+        true => &statements.one,
+        false => &statements.one_forwarding,
+    };
+    let One(mut query, _) = columns(One(sqlx::query(AssertSqlSafe(statement.clone())), delivery));
+    if !jobs.is_empty() {
+        query = bind_jobs_of_one(query, delivery, jobs);
+    }
+    let answer = writes.bind_one(query, row).fetch_one(conn).await?;
+    Ok(Applied { archive_id: answer.try_get(0)?, first: answer.try_get(1)?, notes: answer.try_get(2)? })
 }
 
 /// Records deliveries whose events share one effect, as [`record_many`]
@@ -154,6 +204,6 @@ pub(in crate::inbox) async fn write_effect(
     statements: &EffectStatements,
     row: &[Value<'_>],
 ) -> sqlx::Result<Vec<String>> {
-    let query = writes.bind(sqlx::query(AssertSqlSafe(statements.alone.clone())), &[row]);
+    let query = writes.bind_one(sqlx::query(AssertSqlSafe(statements.alone.clone())), row);
     query.fetch_one(conn).await?.try_get(0)
 }

@@ -12,7 +12,7 @@ use tracing::instrument;
 use super::{Delivery, Forward, Forwards};
 use crate::db::statement::{PgQuery, numbered};
 
-pub(super) use effects::{Applied, EffectStatements, apply_many, write_effect};
+pub(super) use effects::{Applied, EffectStatements, apply_many, apply_one, write_effect};
 
 /// A delivery's archive columns, in order: name, SQL type of the bound
 /// value, and the value. Adding a column to the archive is its migration and
@@ -146,6 +146,38 @@ impl Parts {
         self.parameters.iter().copied().chain(own).collect()
     }
 
+    /// The jobs CTE of one delivery, whose values are parameters.
+    fn jobs_of_one(&self) -> String {
+        jobs(
+            "unnest($destinations::text[], $ordering_keys::text[]) AS f(destination, ordering_key),
+                  (SELECT $body::bytea AS body) AS b",
+            "b.body",
+            "$provider, $event_id, $event_type, $occurred_at",
+            "EXISTS (SELECT FROM dedup)",
+        )
+    }
+
+    /// Records one delivery whose values are parameters: its dedup row
+    /// (`dedup`, the inserted row's id or none), `ctes` (each starting with
+    /// a comma), then its archive row, returning its id, whether it was the
+    /// event's first, and `returning` (starting with a comma).
+    fn record_one(&self, ctes: &str, returning: &str) -> String {
+        let Parts { names, values, .. } = self;
+        format!(
+            "WITH dedup AS (
+                 INSERT INTO processed_webhook_events (provider, event_id, event_type)
+                 VALUES ($provider, $event_id, $event_type)
+                 ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
+                 RETURNING id
+             ){ctes}
+             INSERT INTO webhook_events ({names}, processing_status, processed_at)
+             SELECT {values},
+                    CASE WHEN EXISTS (SELECT FROM dedup) THEN 'PROCESSED' ELSE 'SKIPPED' END,
+                    now()
+             RETURNING id, processing_status = 'PROCESSED'{returning}"
+        )
+    }
+
     /// The jobs of a batch's deliveries recorded first ([`JOBS_OF_MANY`]).
     fn jobs_of_many(&self) -> String {
         jobs(
@@ -212,30 +244,8 @@ static PARTS: LazyLock<Parts> = LazyLock::new(|| {
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
     let parts = &*PARTS;
     let Parts { names, values, .. } = parts;
-    let jobs_of_one = jobs(
-        "unnest($destinations::text[], $ordering_keys::text[]) AS f(destination, ordering_key),
-                  (SELECT $body::bytea AS body) AS b",
-        "b.body",
-        "$provider, $event_id, $event_type, $occurred_at",
-        "EXISTS (SELECT FROM dedup)",
-    );
-    let record = |jobs: &str| {
-        format!(
-            "WITH dedup AS (
-                 INSERT INTO processed_webhook_events (provider, event_id, event_type)
-                 VALUES ($provider, $event_id, $event_type)
-                 ON CONFLICT ON CONSTRAINT uq_processed_webhook_events_provider_event_id DO NOTHING
-                 RETURNING id
-             ){jobs}
-             INSERT INTO webhook_events ({names}, processing_status, processed_at)
-             SELECT {values},
-                    CASE WHEN EXISTS (SELECT FROM dedup) THEN 'PROCESSED' ELSE 'SKIPPED' END,
-                    now()
-             RETURNING id, processing_status = 'PROCESSED'"
-        )
-    };
     Statements {
-        record: numbered(&record(""), &parts.parameters([])),
+        record: numbered(&parts.record_one("", ""), &parts.parameters([])),
         record_many: numbered(
             &parts.record_many(&format!("AS t({names})"), "", &parts.archive_many()),
             &parts.parameters([]),
@@ -249,7 +259,7 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
             &parts.parameters(ERROR),
         ),
         record_forwarding: numbered(
-            &record(&format!(",\n             {jobs_of_one}")),
+            &parts.record_one(&format!(",\n             {}", parts.jobs_of_one()), ""),
             &parts.parameters(JOBS_OF_ONE),
         ),
         record_many_forwarding: numbered(
