@@ -18,6 +18,7 @@ impl Declaration {
     /// list.
     pub fn forwards(&self, provider: &str, event: &Event) -> Vec<Forward> {
         let mut entity_of_event = None;
+        let mut data_of_event = None;
         self.iter()
             .filter(|destination| destination.wants(provider, &event.event_type))
             .map(|destination| Forward {
@@ -28,6 +29,13 @@ impl Declaration {
                     Ordering::Entity => entity_of_event
                         .get_or_insert_with(|| entity(provider, &event.event_type, event.data.as_deref()))
                         .clone(),
+                    Ordering::Key => {
+                        let data = data_of_event.get_or_insert_with(|| {
+                            event.data.as_deref().and_then(|data| serde_json::from_str(data.get()).ok())
+                        });
+                        let pointers = destination.ordering_key.as_ref();
+                        data.as_ref().zip(pointers).and_then(|(data, pointers)| pointers.key(provider, data))
+                    }
                 },
             })
             .collect()

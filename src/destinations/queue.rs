@@ -244,7 +244,7 @@ impl Queue for DestinationQueue {
             // snapshot it started with, and one that waited for another
             // replica's claim would not see that claim's leases, and could
             // send an entity's next event while the previous one is in flight.
-            Ordering::Entity => {
+            Ordering::Entity | Ordering::Key => {
                 let mut tx = conn.begin().await?;
                 sqlx::query("SELECT FROM destinations WHERE name = $1 FOR UPDATE")
                     .bind(&destination.name)
