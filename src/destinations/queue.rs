@@ -70,7 +70,8 @@ macro_rules! claim {
             queue_due!("j"),
             $ordered,
             "
-                 ORDER BY j.next_attempt_at, j.id
+                 -- Live jobs first: a backfill's never queue ahead of a fresh event.
+                 ORDER BY j.backfill, j.next_attempt_at, j.id
                  LIMIT coalesce((SELECT CASE WHEN probe THEN least($3, 1)
                                              ELSE least($3, floor(coalesce(tokens, $3)))::bigint END
                                  FROM state), 0)
