@@ -1,5 +1,5 @@
 //! `webhook-inbox destinations ...`: each destination's state and backlog,
-//! pause, resume, and a test event.
+//! pause, resume, a test event, and a backfill.
 
 use std::io::Write;
 
@@ -9,6 +9,8 @@ use sqlx::PgPool;
 
 use super::table;
 use crate::destinations::Declaration;
+use crate::operations::Since;
+use crate::operations::backfill::{BackfillRange, backfill};
 use crate::operations::destinations;
 
 /// The `destinations` subcommands.
@@ -22,6 +24,28 @@ pub enum DestinationsCommand {
     Resume(NameArgs),
     /// Send a destination a signed test event now, and print its answer.
     Test(NameArgs),
+    /// Enqueue a job for every applied event of a time range the destination wants (one it did
+    /// not have), oldest first, after live jobs.
+    Backfill(BackfillArgs),
+}
+
+/// Which destination and events to backfill.
+#[derive(Debug, Args)]
+pub struct BackfillArgs {
+    /// The destination's name, as declared.
+    pub name: String,
+
+    /// Events first received since then: a duration back from now (30d, 12h) or an RFC 3339 time.
+    #[arg(long)]
+    pub since: Since,
+
+    /// Events first received before then (default: now).
+    #[arg(long)]
+    pub until: Option<Since>,
+
+    /// Count the jobs a run would enqueue; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// How to print the list.
@@ -104,6 +128,23 @@ pub async fn run(
                 Some(error) => anyhow::bail!("the test event was not accepted: {error}"),
                 None => Ok(()),
             }
+        }
+        DestinationsCommand::Backfill(args) => {
+            let range = BackfillRange { since: args.since, until: args.until };
+            let done = backfill(pool, declaration, &args.name, range, args.dry_run).await?;
+            match done.dry_run {
+                true => writeln!(
+                    out,
+                    "{}: {} jobs would be enqueued (dry run: nothing written)",
+                    done.destination, done.enqueued
+                )?,
+                false => writeln!(
+                    out,
+                    "{}: {} jobs enqueued, sent after live events",
+                    done.destination, done.enqueued
+                )?,
+            }
+            Ok(())
         }
     }
 }

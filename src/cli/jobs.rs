@@ -98,6 +98,7 @@ pub async fn run(pool: &PgPool, command: JobsCommand, out: &mut dyn Write) -> an
             let fields = [
                 ("id", job.id.to_string()),
                 ("destination", job.destination.clone()),
+                ("origin", job.origin().into()),
                 ("provider", job.provider.clone()),
                 ("event_id", job.event_id.clone()),
                 ("event_type", job.event_type.clone()),
@@ -150,13 +151,14 @@ pub async fn run(pool: &PgPool, command: JobsCommand, out: &mut dyn Write) -> an
 }
 
 fn write_jobs(out: &mut dyn Write, rows: &[JobSummary]) -> std::io::Result<()> {
-    let lines: Vec<[String; 8]> = rows
+    let lines: Vec<[String; 9]> = rows
         .iter()
         .map(|job| {
             [
                 job.id.to_string(),
                 table::time(job.created_at),
                 job.destination.clone(),
+                job.origin().into(),
                 job.status.clone(),
                 job.attempts.to_string(),
                 table::cell(&job.provider),
@@ -165,7 +167,16 @@ fn write_jobs(out: &mut dyn Write, rows: &[JobSummary]) -> std::io::Result<()> {
             ]
         })
         .collect();
-    let header =
-        ["ID", "CREATED (UTC)", "DESTINATION", "STATUS", "ATTEMPTS", "PROVIDER", "EVENT ID", "LAST ERROR"];
+    let header = [
+        "ID",
+        "CREATED (UTC)",
+        "DESTINATION",
+        "ORIGIN",
+        "STATUS",
+        "ATTEMPTS",
+        "PROVIDER",
+        "EVENT ID",
+        "LAST ERROR",
+    ];
     table::write(out, header, &lines)
 }

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::event::MAX_IDENTIFIER_LEN;
+use super::ordering_key::plain_key;
 
 /// `<provider>:<entity id>` for the event of `event_type` whose `data` is
 /// `data`, or `None`.
@@ -29,9 +29,7 @@ pub fn entity(provider: &str, event_type: &str, data: Option<&RawValue>) -> Opti
         "stripe" => serde_json::from_str::<Data<'_>>(data.object?.get()).ok()?.id,
         _ => None,
     }?;
-    // Stored as text and shown to operators: a plain identifier only.
-    let plain = !id.is_empty() && id.len() <= MAX_IDENTIFIER_LEN && !id.chars().any(char::is_control);
-    plain.then(|| format!("{provider}:{id}"))
+    plain_key(provider, &id)
 }
 
 #[derive(Deserialize)]

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::declaration::{Declaration, Ordering};
+use super::declaration::{Declaration, Destination, Ordering};
 use super::entity::entity;
 use crate::event::Event;
 use crate::inbox::Forward;
@@ -17,20 +17,50 @@ impl Declaration {
     /// it. Empty without destinations, at the cost of a check of an empty
     /// list.
     pub fn forwards(&self, provider: &str, event: &Event) -> Vec<Forward> {
-        let mut entity_of_event = None;
+        let mut keys = OrderingKeys::new(provider, event);
         self.iter()
             .filter(|destination| destination.wants(provider, &event.event_type))
             .map(|destination| Forward {
                 destination: destination.name.clone(),
-                // Read from the payload only when a destination asks for it.
-                ordering_key: match destination.ordering {
-                    Ordering::None => None,
-                    Ordering::Entity => entity_of_event
-                        .get_or_insert_with(|| entity(provider, &event.event_type, event.data.as_deref()))
-                        .clone(),
-                },
+                ordering_key: keys.of(destination),
             })
             .collect()
+    }
+}
+
+/// The ordering keys of one event, for each destination that asks: what a
+/// live job and a backfilled one are written with. The payload is read
+/// only when a destination orders, and once for all of them.
+pub struct OrderingKeys<'a> {
+    provider: &'a str,
+    event: &'a Event,
+    entity: Option<Option<String>>,
+    data: Option<Option<serde_json::Value>>,
+}
+
+impl<'a> OrderingKeys<'a> {
+    /// The keys of `event` from `provider`, none read yet.
+    pub fn new(provider: &'a str, event: &'a Event) -> OrderingKeys<'a> {
+        OrderingKeys { provider, event, entity: None, data: None }
+    }
+
+    /// The key of this event's job for `destination`; `None`: unordered.
+    pub fn of(&mut self, destination: &Destination) -> Option<String> {
+        let (provider, event) = (self.provider, self.event);
+        match destination.ordering {
+            Ordering::None => None,
+            Ordering::Entity => self
+                .entity
+                .get_or_insert_with(|| entity(provider, &event.event_type, event.data.as_deref()))
+                .clone(),
+            Ordering::Key => {
+                let data = self.data.get_or_insert_with(|| {
+                    event.data.as_deref().and_then(|data| serde_json::from_str(data.get()).ok())
+                });
+                let pointers = destination.ordering_key.as_ref();
+                data.as_ref().zip(pointers).and_then(|(data, pointers)| pointers.key(provider, data))
+            }
+        }
     }
 }
 

@@ -8,12 +8,13 @@
 //! destination is then a queue of the engine (`queue`): its jobs are sent,
 //! signed the Standard Webhooks way (`signer`), as one HTTP request each
 //! (`sender`), retried on the destination's schedule, in order per entity
-//! where asked (`entity`), within a rate limit and behind a circuit breaker
+//! where asked (per entity, `entity`, or by a declared key, `ordering_key`), within a rate limit and behind a circuit breaker
 //! kept in the database (`state`), so every replica and the CLI agree.
 
 pub mod declaration;
 pub mod entity;
 pub mod jobs;
+pub mod ordering_key;
 pub mod patterns;
 pub mod queue;
 pub mod sender;

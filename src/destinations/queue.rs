@@ -70,7 +70,8 @@ macro_rules! claim {
             queue_due!("j"),
             $ordered,
             "
-                 ORDER BY j.next_attempt_at, j.id
+                 -- Live jobs first: a backfill's never queue ahead of a fresh event.
+                 ORDER BY j.backfill, j.next_attempt_at, j.id
                  LIMIT coalesce((SELECT CASE WHEN probe THEN least($3, 1)
                                              ELSE least($3, floor(coalesce(tokens, $3)))::bigint END
                                  FROM state), 0)
@@ -244,7 +245,7 @@ impl Queue for DestinationQueue {
             // snapshot it started with, and one that waited for another
             // replica's claim would not see that claim's leases, and could
             // send an entity's next event while the previous one is in flight.
-            Ordering::Entity => {
+            Ordering::Entity | Ordering::Key => {
                 let mut tx = conn.begin().await?;
                 sqlx::query("SELECT FROM destinations WHERE name = $1 FOR UPDATE")
                     .bind(&destination.name)

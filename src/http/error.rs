@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::event::EventError;
 use crate::inbox::InboxError;
 use crate::operations::ReprocessError;
+use crate::operations::backfill::BackfillError;
 use crate::operations::destinations::DestinationError;
 use crate::operations::jobs::ReplayError;
 use crate::providers::SignatureError;
@@ -211,6 +212,16 @@ impl From<ReplayError> for ApiError {
             ReplayError::NotFound(id) => ApiError::JobNotFound(id),
             pending @ ReplayError::Pending(_) => ApiError::Conflict(pending.to_string()),
             ReplayError::Database(error) => error.into(),
+        }
+    }
+}
+
+impl From<BackfillError> for ApiError {
+    fn from(error: BackfillError) -> Self {
+        match error {
+            BackfillError::NotFound(name) => ApiError::DestinationNotFound(name),
+            BackfillError::EmptyRange => ApiError::BadRequest(error.to_string()),
+            BackfillError::Database(error) => error.into(),
         }
     }
 }

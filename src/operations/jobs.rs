@@ -66,7 +66,7 @@ impl JobFilter {
 macro_rules! job_columns {
     () => {
         "j.id, j.destination, j.provider, j.event_id, j.event_type, j.status, j.attempts, \
-         j.last_error, j.next_attempt_at, j.ordering_key, j.created_at, j.sent_at"
+         j.last_error, j.next_attempt_at, j.ordering_key, j.backfill, j.created_at, j.sent_at"
     };
 }
 const JOB_COLUMNS: &str = job_columns!();
@@ -101,12 +101,21 @@ pub struct JobSummary {
     pub last_error: Option<String>,
     /// When a pending job is due.
     pub next_attempt_at: DateTime<Utc>,
-    /// The entity, for a destination that orders by entity.
+    /// The entity or key, for a destination that orders by one.
     pub ordering_key: Option<String>,
-    /// When the event was recorded.
+    /// Enqueued by `destinations backfill`, not when the event was recorded.
+    pub backfill: bool,
+    /// When the job was written.
     pub created_at: DateTime<Utc>,
     /// When the destination answered 2xx.
     pub sent_at: Option<DateTime<Utc>>,
+}
+
+impl JobSummary {
+    /// Where the job came from: `live` (the event's first recording) or `backfill`.
+    pub fn origin(&self) -> &'static str {
+        if self.backfill { "backfill" } else { "live" }
+    }
 }
 
 /// Jobs matching `filter`, newest first, at most `limit`, with an id below

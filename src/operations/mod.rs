@@ -5,6 +5,7 @@
 
 pub mod age;
 pub mod audit;
+pub mod backfill;
 pub mod bulk;
 pub mod destinations;
 pub mod display;

@@ -1,6 +1,8 @@
 //! `ordering = "entity"`: the events of one entity arrive one at a time, in
 //! the order they were recorded, while other entities' events pass a
-//! blocked one; without it, nothing is held back.
+//! blocked one; without it, nothing is held back. `ordering = "key"`: the
+//! same, by the key the destination declares (by default, a Paddle
+//! subscription and its transactions by their customer).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,8 +10,49 @@ use std::time::Duration;
 use chrono::Utc;
 use webhook_inbox::queue::Tally;
 
+use crate::support::app::TestApp;
+use crate::support::events::subscription;
 use crate::support::forwarding::*;
 use crate::support::receiver::{Answer, Receiver};
+
+/// What a Paddle customer's events are, in the order Paddle sends them:
+/// the subscription (with its side effect), then its first transaction's.
+const BILLING: [&str; 5] = [
+    "subscription.created",
+    "transaction.created",
+    "transaction.ready",
+    "transaction.billed",
+    "transaction.paid",
+];
+
+/// Delivers event `seq` (from 0) of [`BILLING`] for `customer`: each about
+/// another entity (`data.id`), all of one customer (`data.customer_id`).
+async fn deliver_billing(app: &TestApp, customer: &str, seq: usize) {
+    let event_type = BILLING[seq];
+    let mut event =
+        subscription(&format!("evt_{customer}_{seq}"), "created", "active", "2024-04-01T00:00:00Z");
+    event["event_type"] = event_type.into();
+    event["data"]["id"] = format!("{}_{customer}_{seq}", &event_type[..3]).into();
+    event["data"]["customer_id"] = customer.into();
+    event["data"]["custom_data"]["user_id"] = format!("user_{customer}").into();
+    event["data"]["seq"] = seq.into();
+    let answer = app.send(&paddle_raw(&event.to_string())).await;
+    assert_eq!(answer.status, 200, "{event_type} of {customer}: {answer:?}");
+}
+
+/// The event types each customer received and accepted (2xx), in arrival order.
+fn accepted_per_customer(receiver: &Receiver) -> HashMap<String, Vec<String>> {
+    let mut accepted: HashMap<String, Vec<String>> = HashMap::new();
+    for arrival in receiver.arrivals().iter().filter(|a| a.answered == 200) {
+        assert_eq!(arrival.verified, Ok(()));
+        let json = arrival.json();
+        accepted
+            .entry(json["data"]["customer_id"].as_str().unwrap().into())
+            .or_default()
+            .push(json["event_type"].as_str().unwrap().into());
+    }
+    accepted
+}
 
 /// The `(entity, seq)` of each arrival, in arrival order.
 fn arrived(receiver: &Receiver) -> Vec<(String, u64)> {
@@ -135,5 +178,79 @@ async fn two_replicas_deliver_each_entity_in_order_and_never_two_of_one_entity_a
     assert_eq!(accepted.len(), entities);
     for (entity, seqs) in accepted {
         assert_eq!(seqs, (1..=per_entity as u64).collect::<Vec<_>>(), "{entity}");
+    }
+}
+
+#[tokio::test]
+async fn by_customer_a_failing_subscription_holds_back_its_transactions_not_another_customers() {
+    let receiver = Receiver::start(SECRET).await;
+    // One request at a time, so that the first one (A's subscription) is the one that fails.
+    let app = forwarding_app(destination(
+        &receiver.url(),
+        "ordering = \"key\"\nconcurrency = 1\nretry_schedule = [\"1m\", \"1m\"]",
+    ))
+    .await;
+    for seq in 0..3 {
+        for customer in ["ctm_A", "ctm_B"] {
+            deliver_billing(&app, customer, seq).await;
+        }
+    }
+    let queue = queue(&app, "app");
+    receiver.answer_next([Answer::Status(500)]);
+    let now = Utc::now();
+
+    // A's subscription fails, and its transactions (other entities, one
+    // customer) wait behind it, while B's go.
+    assert_eq!(send_due(app.pool(), &queue, now).await, Tally { claimed: 4, sent: 3, retrying: 1, dead: 0 });
+    assert_eq!(send_due(app.pool(), &queue, now).await, Tally::default());
+    let later = now + chrono::Duration::seconds(73);
+    assert_eq!(send_due(app.pool(), &queue, later).await, Tally { claimed: 3, sent: 3, ..Tally::default() });
+
+    let first_three = BILLING[..3].to_vec();
+    let accepted = accepted_per_customer(&receiver);
+    assert_eq!(accepted["ctm_A"], first_three);
+    assert_eq!(accepted["ctm_B"], first_three);
+    let arrivals = receiver.arrivals();
+    let customers: Vec<_> =
+        arrivals.iter().map(|a| a.json()["data"]["customer_id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(
+        customers,
+        ["ctm_A", "ctm_B", "ctm_B", "ctm_B", "ctm_A", "ctm_A", "ctm_A"],
+        "B passed the blocked A"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn by_customer_two_replicas_deliver_each_customers_events_in_order_and_never_two_at_once() {
+    let receiver = Receiver::start(SECRET).await;
+    receiver.hold_each(Duration::from_millis(20));
+    receiver.entity_at("/data/customer_id");
+    let app = forwarding_app(destination(
+        &receiver.url(),
+        "ordering = \"key\"\nordering_key = { paddle = \"/data/customer_id\" }\nconcurrency = 20\n\
+         retry_schedule = [\"10ms\", \"10ms\", \"10ms\"]",
+    ))
+    .await;
+    receiver.answer_next([Answer::Status(500), Answer::Status(200), Answer::Status(503)]);
+    let customers = 6;
+    for seq in 0..BILLING.len() {
+        for customer in 0..customers {
+            deliver_billing(&app, &format!("ctm_{customer}"), seq).await;
+        }
+    }
+    let declaration = &app.state.forwarding.declaration;
+    let (replica, _) = app.replica().await;
+    let (first, _a) = run(app.pool(), declaration).await;
+    let (second, _b) = run(&replica.pool, declaration).await;
+    let settled = until_settled(app.pool()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    assert!(first.stop(deadline).await && second.stop(deadline).await);
+
+    assert!(settled.iter().all(|(status, _)| status == "sent"), "{settled:?}");
+    assert_eq!(receiver.most_at_once_per_entity(), 1, "two events of one customer were handled at once");
+    let accepted = accepted_per_customer(&receiver);
+    assert_eq!(accepted.len(), customers);
+    for (customer, event_types) in accepted {
+        assert_eq!(event_types, BILLING, "{customer}");
     }
 }

@@ -7,6 +7,7 @@ mod support;
 mod admin_api;
 mod alert_rules;
 mod availability;
+mod backfill;
 mod bad_input;
 mod batching;
 mod cli;

@@ -12,9 +12,11 @@
 //! timeout = "15s"
 //! retry_schedule = ["5s", "5m", "30m", "2h", "5h", "10h", "10h"]
 //! rate_limit = 50                             # requests/s, all replicas together
-//! ordering = "entity"                         # or "none"
+//! ordering = "key"                            # or "entity", or "none"
+//! ordering_key = { paddle = "/data/customer_id" }  # JSON pointers (`ordering_key`)
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +25,7 @@ use secrecy::{SecretSlice, SecretString};
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::ordering_key::OrderingKey;
 use super::patterns::EventPattern;
 use crate::providers::KeyEncoding;
 use crate::queue::Schedule;
@@ -65,6 +68,9 @@ pub enum Ordering {
     /// The events of one entity one at a time, in the order they were
     /// recorded; other entities' events flow meanwhile.
     Entity,
+    /// Like `Entity`, by the key the destination declares per provider
+    /// (`ordering_key`, e.g. the customer).
+    Key,
 }
 
 /// When the circuit breaker opens, and for how long.
@@ -94,6 +100,8 @@ pub struct Destination {
     pub rate_limit: Option<f64>,
     /// How events are ordered.
     pub ordering: Ordering,
+    /// Where each provider's key is, with `Ordering::Key` (only then).
+    pub ordering_key: Option<OrderingKey>,
     /// Requests in flight at once per replica.
     pub concurrency: usize,
     /// The circuit breaker's settings.
@@ -274,8 +282,33 @@ impl Declaration {
             let ordering = match raw.ordering.as_ref().map(|o| (o.get_ref().as_str(), o.span())) {
                 None | Some(("none", _)) => Ordering::None,
                 Some(("entity", _)) => Ordering::Entity,
+                Some(("key", _)) => Ordering::Key,
                 Some((_, span)) => {
-                    return Err(field("ordering", span, "must be \"none\" or \"entity\"".into()));
+                    return Err(field("ordering", span, "must be \"none\", \"entity\" or \"key\"".into()));
+                }
+            };
+            let ordering_key = match (&raw.ordering_key, ordering) {
+                (None, Ordering::Key) => Some(OrderingKey::new([]).expect("valid defaults")),
+                (None, _) => None,
+                (Some(declared), Ordering::Key) => {
+                    let pointers = declared.get_ref();
+                    let declared = pointers
+                        .iter()
+                        .map(|(provider, pointer)| (provider.as_str(), pointer.get_ref().as_str()));
+                    Some(OrderingKey::new(declared).map_err(|(provider, invalid)| {
+                        field(
+                            &format!("ordering_key.{provider}"),
+                            pointers[&provider].span(),
+                            invalid.to_string(),
+                        )
+                    })?)
+                }
+                (Some(declared), _) => {
+                    return Err(field(
+                        "ordering_key",
+                        declared.span(),
+                        "is read only with ordering = \"key\"".into(),
+                    ));
                 }
             };
             let concurrency = match &raw.concurrency {
@@ -323,6 +356,7 @@ impl Declaration {
                 schedule,
                 rate_limit,
                 ordering,
+                ordering_key,
                 concurrency,
                 circuit,
             }));
@@ -345,10 +379,21 @@ impl Declaration {
         self.destinations.iter().find(|d| d.name == name)
     }
 
-    /// Refuses a pattern naming a provider that is not in `known` (a typo
-    /// would otherwise send nothing, silently).
+    /// Refuses a pattern or an ordering key naming a provider that is not
+    /// in `known` (a typo would otherwise send nothing, or order nothing,
+    /// silently). The ordering key's defaults name providers that may not
+    /// be configured: only what the file declares is checked.
     pub fn check_providers(&self, known: &[&str]) -> anyhow::Result<()> {
         for destination in &self.destinations {
+            for provider in destination.ordering_key.iter().flat_map(OrderingKey::declared_providers) {
+                anyhow::ensure!(
+                    known.contains(&provider),
+                    "destination {:?}: `ordering_key` names the provider {provider:?}, which is not configured \
+                     here (known: {})",
+                    destination.name,
+                    known.join(", ")
+                );
+            }
             for pattern in &destination.events {
                 anyhow::ensure!(
                     known.contains(&pattern.provider()),
@@ -403,6 +448,7 @@ struct RawDestination {
     retry_schedule: Option<Spanned<Vec<Spanned<String>>>>,
     rate_limit: Option<Spanned<f64>>,
     ordering: Option<Spanned<String>>,
+    ordering_key: Option<Spanned<BTreeMap<String, Spanned<String>>>>,
     concurrency: Option<Spanned<i64>>,
     circuit_breaker: Option<Spanned<RawCircuit>>,
 }

@@ -88,7 +88,22 @@ fn each_mistake_is_named_by_line_and_field_without_the_secret() {
             "rate_limit = 0",
             "line 7: destination \"app\", `rate_limit`: must be a number of requests per second",
         ),
-        ("ordering = \"strict\"", "line 7: destination \"app\", `ordering`: must be \"none\" or \"entity\""),
+        (
+            "ordering = \"strict\"",
+            "line 7: destination \"app\", `ordering`: must be \"none\", \"entity\" or \"key\"",
+        ),
+        (
+            "ordering_key = { paddle = \"/data/customer_id\" }",
+            "line 7: destination \"app\", `ordering_key`: is read only with ordering = \"key\"",
+        ),
+        (
+            "ordering = \"key\"\nordering_key = { paddle = \"data.customer_id\" }",
+            "line 8: destination \"app\", `ordering_key.paddle`: \"data.customer_id\" is not a JSON pointer",
+        ),
+        (
+            "ordering = \"key\"\nordering_key = { paddle = \"/data/a~2\" }",
+            "line 8: destination \"app\", `ordering_key.paddle`: \"/data/a~2\" has a `~` that is not",
+        ),
         ("concurrency = 0", "line 7: destination \"app\", `concurrency`: must be from 1 to 1000"),
         ("urll = \"x\"", "line 7: unknown field `urll`"),
         (
@@ -148,4 +163,31 @@ fn patterns_must_name_providers_that_are_configured() {
     let error = declaration.check_providers(&["paddle", "clerk"]).unwrap_err().to_string();
     assert!(error.contains("\"padle\", which is not configured here"), "{error}");
     assert!(declaration.check_providers(&["padle"]).is_ok());
+}
+
+#[test]
+fn an_ordering_key_is_read_per_provider_over_the_defaults() {
+    let declaration = parse(&format!(
+        "[[destinations]]\nname = \"app\"\nurl = \"http://x.example\"\nsecret = \"{SECRET}\"\nevents = [\"paddle:*\"]\n\
+         ordering = \"key\"\nordering_key = {{ clerk = \"/data/id\", paddle = \"/data/subscription_id\" }}\n\n\
+         [[destinations]]\nname = \"defaults\"\nurl = \"http://x.example\"\nsecret = \"{SECRET}\"\n\
+         events = [\"paddle:*\"]\nordering = \"key\"\n"
+    ))
+    .unwrap();
+    let data = serde_json::json!({ "id": "txn_1", "customer_id": "ctm_1", "subscription_id": "sub_1" });
+    let key = |name: &str, provider: &str| {
+        let destination = declaration.get(name).unwrap();
+        assert_eq!(destination.ordering, Ordering::Key);
+        destination.ordering_key.as_ref().unwrap().key(provider, &data)
+    };
+    assert_eq!(key("app", "paddle").as_deref(), Some("paddle:sub_1"));
+    assert_eq!(key("app", "clerk").as_deref(), Some("clerk:txn_1"));
+    assert_eq!(key("defaults", "paddle").as_deref(), Some("paddle:ctm_1"));
+
+    let error = declaration.check_providers(&["paddle"]).unwrap_err().to_string();
+    assert!(
+        error.contains("`ordering_key` names the provider \"clerk\", which is not configured"),
+        "{error}"
+    );
+    assert!(declaration.check_providers(&["paddle", "clerk"]).is_ok(), "the defaults' Stripe is not checked");
 }

@@ -11,6 +11,7 @@ use super::listing::Listing;
 use crate::http::error::ApiError;
 use crate::http::{AppState, NoQuery};
 use crate::operations::Since;
+use crate::operations::backfill::{self, BackfillRange, Backfilled};
 use crate::operations::destinations::{self, DestinationView, TestResult};
 use crate::operations::filter::{FilterValue, parsed};
 use crate::operations::jobs::{self, JobDetail, JobFilter, JobSummary};
@@ -63,6 +64,37 @@ pub async fn test(
     let destination =
         state.forwarding.declaration.get(&name).ok_or_else(|| ApiError::DestinationNotFound(name.clone()))?;
     Ok(Json(destinations::send_test(&state.pool, &state.forwarding.client, destination).await?))
+}
+
+/// Body of `POST /admin/destinations/{name}/backfill`: the CLI's flags.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillBody {
+    #[serde(default, deserialize_with = "parsed")]
+    since: Option<Since>,
+    #[serde(default, deserialize_with = "parsed")]
+    until: Option<Since>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /admin/destinations/{name}/backfill` with `{"since", "until",
+/// "dry_run"}`: jobs for the applied events of the range the destination
+/// missed, after live ones; 404 for an undeclared destination.
+pub async fn backfill(
+    State(state): State<AppState>,
+    _: NoQuery,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<BackfillBody>, JsonRejection>,
+) -> Result<Json<Backfilled>, ApiError> {
+    let name = destination_name(name)?;
+    let Json(body) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let since = body.since.ok_or_else(|| ApiError::BadRequest("since is required, e.g. \"30d\"".into()))?;
+    let range = BackfillRange { since, until: body.until };
+    let done =
+        backfill::backfill(&state.pool, &state.forwarding.declaration, &name, range, body.dry_run).await?;
+    state.forwarding.wake(&name);
+    Ok(Json(done))
 }
 
 /// `GET /admin/jobs?destination=&status=&event_id=&since=&until=&limit=&cursor=`: newest first.

@@ -27,6 +27,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/destinations/{name}/pause", post(destinations::pause))
         .route("/destinations/{name}/resume", post(destinations::resume))
         .route("/destinations/{name}/test", post(destinations::test))
+        .route("/destinations/{name}/backfill", post(destinations::backfill))
         .route("/jobs", get(destinations::list_jobs))
         .route("/reconciliation", get(reconciliation::last_runs))
         .route("/jobs/replay", post(destinations::replay_dead))

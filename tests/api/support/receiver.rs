@@ -75,7 +75,9 @@ struct Shared {
     arrived: Notify,
     /// Held before answering each request, to make overlaps observable.
     hold: Mutex<Duration>,
-    /// Requests being handled, by path and entity (`data.id` of the body).
+    /// Where the entity is in a body (a JSON pointer): `/data/id` unless told.
+    entity_at: Mutex<&'static str>,
+    /// Requests being handled, by path and entity.
     in_flight: Mutex<HashMap<(String, String), usize>>,
     /// By path, the most requests of one entity handled at once.
     most_at_once: Mutex<HashMap<String, usize>>,
@@ -121,6 +123,7 @@ impl Receiver {
             otherwise: Mutex::new(Answer::Status(200)),
             arrived: Notify::new(),
             hold: Mutex::default(),
+            entity_at: Mutex::new("/data/id"),
             in_flight: Mutex::default(),
             most_at_once: Mutex::default(),
             released: watch::channel(false).0,
@@ -160,6 +163,12 @@ impl Receiver {
     /// Holds each request this long before answering.
     pub fn hold_each(&self, hold: Duration) {
         *self.shared.hold.lock().unwrap() = hold;
+    }
+
+    /// Counts overlaps ([`Receiver::most_at_once_per_entity`]) by the value
+    /// at `pointer` in each body (e.g. the customer) instead of `data.id`.
+    pub fn entity_at(&self, pointer: &'static str) {
+        *self.shared.entity_at.lock().unwrap() = pointer;
     }
 
     /// Answers every hung request (200), and hangs no more.
@@ -227,9 +236,10 @@ async fn receive(shared: Arc<Shared>, uri: Uri, headers: HeaderMap, body: Bytes)
     let verified = standardwebhooks::Webhook::new(&shared.secret)
         .and_then(|webhook| webhook.verify(&body, &headers))
         .map_err(|error| error.to_string());
+    let entity_at = *shared.entity_at.lock().unwrap();
     let entity = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
-        .and_then(|json| json["data"]["id"].as_str().map(str::to_string));
+        .and_then(|json| json.pointer(entity_at)?.as_str().map(str::to_string));
     let _handling = entity.map(|entity| Handling::start(&shared, (path.clone(), entity)));
     let answer =
         shared.script.lock().unwrap().pop_front().unwrap_or_else(|| shared.otherwise.lock().unwrap().clone());
