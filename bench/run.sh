@@ -2,7 +2,9 @@
 # The benchmark in one command: builds the service and the load generator in
 # release mode, then `loadgen bench` starts the service (on its embedded
 # PostgreSQL, or BENCH_DATABASE_URL), measures the pgbench ceiling and the
-# service side by side at each concurrency plus a replay storm, several runs
+# service side by side at each concurrency plus a replay storm and the
+# effects row again with tracing on (a second service exporting its spans
+# over OTLP to a sink in the load generator), several runs
 # of each with the CPU every process spent, checks the storm's effects in SQL,
 # rewrites the results section of bench/RESULTS.md and the summary in
 # docs/performance.md, and adds a line to the history. Loopback only; a few

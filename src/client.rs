@@ -25,14 +25,8 @@ pub const USER_AGENT: &str = concat!("webhook-inbox/", env!("CARGO_PKG_VERSION")
 /// payload to whoever the redirect names; it counts as a failed attempt
 /// whose status the operator sees.
 pub fn build() -> reqwest::Client {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
     reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
+        .use_preconfigured_tls(tls())
         .user_agent(USER_AGENT)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -40,4 +34,34 @@ pub fn build() -> reqwest::Client {
         .pool_idle_timeout(IDLE_TIMEOUT)
         .build()
         .expect("a client with a rustls configuration builds")
+}
+
+/// [`build`]'s blocking twin, for the trace exporter, which sends from a
+/// thread of its own.
+pub fn build_blocking() -> reqwest::blocking::Client {
+    // A blocking client runs a runtime of its own, which must be neither
+    // built nor dropped on an async runtime's thread.
+    std::thread::spawn(|| {
+        reqwest::blocking::Client::builder()
+            .use_preconfigured_tls(tls())
+            .user_agent(USER_AGENT)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .build()
+            .expect("a client with a rustls configuration builds")
+    })
+    .join()
+    .expect("building a client does not panic")
+}
+
+/// rustls with the Mozilla roots compiled in.
+fn tls() -> rustls::ClientConfig {
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }

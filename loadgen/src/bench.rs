@@ -27,6 +27,9 @@ pub struct BenchArgs {
     /// Client counts of the rows of unique `subscription.created` (empty: none).
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "8,30")]
     effects_concurrency: Vec<usize>,
+    /// Client counts of the rows of unique `subscription.created` to a second service that exports its spans over OTLP to a sink (empty: none): tracing's cost, beside the effects row of as many clients.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "8")]
+    traced_concurrency: Vec<usize>,
     /// Seconds each pgbench run lasts; the service's runs send about as many events as the ceiling managed in that time.
     #[arg(long, default_value_t = 8)]
     seconds: u64,
@@ -76,6 +79,16 @@ struct Bench<'a> {
     conninfo: String,
     service: Service,
     meter: Meter,
+    /// How the traced rows start their service: its environment and log.
+    traced: Traced,
+    postmaster: Option<u32>,
+}
+
+/// A service like the benchmark's, on its database, exporting its spans to
+/// a sink ([`crate::otlp_sink`]): started for each traced run, stopped after.
+struct Traced {
+    env: Vec<(&'static str, String)>,
+    log: PathBuf,
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -132,6 +145,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         ceiling: handler_sql.clone(),
         naive: None,
     }));
+    specs.extend(args.traced_concurrency.iter().map(|&clients| RowSpec {
+        kind: Kind::TracedEffects,
+        clients,
+        ceiling: handler_sql.clone(),
+        naive: None,
+    }));
     if args.storm_events > 0 {
         specs.push(RowSpec {
             kind: Kind::Storm { events: args.storm_events, copies: args.storm_copies },
@@ -142,7 +161,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     anyhow::ensure!(!specs.is_empty(), "no rows to measure");
 
-    let bench = Bench { args: &args, conninfo, service, meter };
+    let mut traced_env = env.clone();
+    traced_env.retain(|(name, _)| *name != "DATABASE_URL");
+    traced_env.extend([
+        ("DATABASE_URL", database_url(&conninfo)),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{}", crate::otlp_sink::start().await?)),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_string()),
+    ]);
+    let traced = Traced { env: traced_env, log: work.join("traced-service.log") };
+    let bench = Bench { args: &args, conninfo, service, meter, traced, postmaster };
     let mut rows: Vec<Row> =
         specs.iter().map(|spec| Row { kind: spec.kind, clients: spec.clients, runs: Vec::new() }).collect();
     let mut storm_check = None;
@@ -201,11 +228,28 @@ impl Bench<'_> {
             _ => 1,
         };
         reset(&self.conninfo)?;
-        let load = self.load_args(events, copies, spec.clients, spec.kind.event_type());
+        let traced = match spec.kind {
+            Kind::TracedEffects => {
+                Some(Service::start(&self.args.service.path, &self.traced.env, &self.traced.log).await?)
+            }
+            _ => None,
+        };
+        let traced_meter;
+        let (service, meter) = match &traced {
+            Some(traced) => {
+                traced_meter = Meter::new(traced.pid(), self.postmaster);
+                (traced, &traced_meter)
+            }
+            None => (&self.service, &self.meter),
+        };
+        let load = self.load_args(service, events, copies, spec.clients, spec.kind.event_type());
         let prepared = prepare(&load).await?;
-        let before = self.meter.sample()?;
+        let before = meter.sample()?;
         let report = prepared.send().await?;
-        let cpu = self.meter.sample()?.since(&before);
+        let cpu = meter.sample()?.since(&before);
+        if let Some(traced) = traced {
+            traced.stop()?;
+        }
         let check = match spec.kind {
             Kind::Storm { events, copies } => Some(storm_check(&self.conninfo, events, copies, &report)?),
             _ => {
@@ -231,13 +275,30 @@ impl Bench<'_> {
         Ok((ceiling, self.meter.sample()?.since(&before)))
     }
 
-    fn load_args(&self, events: usize, copies: usize, clients: usize, event_type: Option<&str>) -> LoadArgs {
+    fn load_args(
+        &self,
+        service: &Service,
+        events: usize,
+        copies: usize,
+        clients: usize,
+        event_type: Option<&str>,
+    ) -> LoadArgs {
         LoadArgs {
             event_type: event_type.map(str::to_string),
             copies,
-            ..LoadArgs::paddle(self.service.addr, events, clients, self.args.payload_bytes)
+            ..LoadArgs::paddle(service.addr, events, clients, self.args.payload_bytes)
         }
     }
+}
+
+/// The service's `DATABASE_URL` of the server `conninfo` names: itself when
+/// it is a URL; else the embedded server's unix socket ([`crate::service::embedded_conninfo`]).
+fn database_url(conninfo: &str) -> String {
+    if conninfo.starts_with("postgres") {
+        return conninfo.to_string();
+    }
+    let host = conninfo.split_whitespace().find_map(|part| part.strip_prefix("host=")).unwrap_or_default();
+    format!("postgres://postgres@localhost:5432/postgres?host={host}")
 }
 
 /// Every run starts from empty tables, checkpointed, so none pays for another's writes.

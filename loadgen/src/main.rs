@@ -19,6 +19,7 @@ mod console;
 mod cpu;
 mod events;
 mod forwarding;
+mod otlp_sink;
 mod pgbench;
 mod report;
 mod results;

@@ -18,6 +18,8 @@ pub enum Kind {
     Effects,
     /// Every `subscription.created` sent `copies` times at the same moment.
     Storm { events: usize, copies: usize },
+    /// [`Kind::Effects`] to a service exporting its spans over OTLP.
+    TracedEffects,
 }
 
 impl Kind {
@@ -26,6 +28,7 @@ impl Kind {
         match self {
             Kind::NoEffects => "unique events, no side effects (transaction.updated)".into(),
             Kind::Effects => "unique events with side effects (subscription.created)".into(),
+            Kind::TracedEffects => "the same, tracing on (spans exported over OTLP/HTTP)".into(),
             Kind::Storm { events, copies } => {
                 format!("replay storm {events} × {copies} (subscription.created)")
             }
@@ -36,7 +39,7 @@ impl Kind {
     pub fn event_type(&self) -> Option<&'static str> {
         match self {
             Kind::NoEffects => None,
-            Kind::Effects | Kind::Storm { .. } => Some("subscription.created"),
+            Kind::Effects | Kind::TracedEffects | Kind::Storm { .. } => Some("subscription.created"),
         }
     }
 
@@ -44,6 +47,7 @@ impl Kind {
         match self {
             Kind::NoEffects => format!("{clients}"),
             Kind::Effects => format!("effects {clients}"),
+            Kind::TracedEffects => format!("traced {clients}"),
             Kind::Storm { .. } => "storm".into(),
         }
     }

@@ -7,6 +7,7 @@
 
 mod database;
 mod reconcile;
+mod traces;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use secrecy::SecretString;
 
 pub use database::{DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS, DatabaseConfig};
 pub use reconcile::{ApiConfig, ReconcileConfig};
+pub use traces::{OtlpProtocol, TracesConfig};
 
 /// How `serve` listens, verifies and applies. `P` is the providers' secret
 /// flags, which the providers generate from their own list (the `cli` names
@@ -92,6 +94,10 @@ pub struct ServeConfig<P: Args + FromArgMatches + Clone + std::fmt::Debug + Send
     /// The queue engine, which sends the emails and the forwards.
     #[command(flatten)]
     pub queues: QueueConfig,
+
+    /// Spans exported over OTLP (off by default).
+    #[command(flatten)]
+    pub traces: TracesConfig,
 }
 
 /// The operator console's sessions.

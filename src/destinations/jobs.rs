@@ -86,6 +86,8 @@ pub struct ClaimedJob {
     /// The raw body.
     #[sqlx(try_from = "Vec<u8>")]
     pub body: Bytes,
+    /// The trace context of the delivery the job was made from, if traced.
+    pub traceparent: Option<String>,
 }
 
 impl crate::queue::ClaimedRow for ClaimedJob {

@@ -16,6 +16,7 @@ use super::sender::{self, Attempt, ForwardedEvent};
 use crate::db::statement::{PgQuery, numbered};
 use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
 use crate::queue::{Done, Queue, Schedule, Verdict};
+use crate::telemetry;
 
 /// A lease outlasts the request's timeout by this much: room for the
 /// record after it, beyond the engine's own margin.
@@ -84,7 +85,7 @@ macro_rules! claim {
             queue_due!("o"),
             "
                  RETURNING o.id, o.claim_token, o.attempts, o.schedule_from, o.provider, o.event_id,
-                           o.event_type, o.occurred_at, o.body
+                           o.event_type, o.occurred_at, o.body, o.traceparent
              ),
              spent AS (
                  UPDATE destinations AS d
@@ -275,15 +276,19 @@ impl Queue for DestinationQueue {
         Ok(())
     }
 
+    /// An attempt's span, in the trace of the delivery its job was made
+    /// from: the request it sends carries the span's context.
     fn span(&self, job: &ClaimedJob) -> tracing::Span {
-        tracing::info_span!(
+        let span = tracing::info_span!(
             "forward",
             job_id = job.id,
             destination = %self.destination.name,
             provider = %job.provider,
             event_id = %job.event_id,
             attempt = job.attempts,
-        )
+        );
+        telemetry::context::continue_stored(&span, job.traceparent.as_deref());
+        span
     }
 
     fn restarted(&self) {

@@ -13,6 +13,7 @@
 //! | `webhook-inbox-event-id` | the provider's event id |
 //! | `webhook-inbox-attempt` | 1 for the first attempt |
 //! | `webhook-inbox-occurred-at` | the provider's timestamp of the event, RFC 3339 (absent when it sent none) |
+//! | `traceparent` | the attempt's span, in the delivery's trace (only when traces are exported) |
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use super::declaration::Destination;
 use super::signer::{message_id, signature_header};
 use crate::queue::SendFailure;
+use crate::telemetry;
 
 /// How much of a response body an attempt keeps.
 pub const KEPT_BODY_BYTES: usize = 1024;
@@ -116,6 +118,7 @@ pub async fn send(
         add("webhook-inbox-occurred-at", &occurred_at.to_rfc3339_opts(SecondsFormat::Millis, true));
     }
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    telemetry::context::send_with(&tracing::Span::current(), &mut headers);
     let request = client.post(destination.url.clone()).headers(headers).body(event.body.clone());
     // One bound for the whole exchange, the first KiB of the body included.
     match tokio::time::timeout(destination.timeout, exchange(request)).await {

@@ -29,6 +29,7 @@ use crate::event;
 use crate::inbox::{RoutingTable, Workers};
 use crate::monitoring::Metrics;
 use crate::providers::{self, Registry};
+use crate::telemetry;
 pub use auth::{BearerToken, InvalidToken};
 pub use console::{ConsoleSettings, SESSION_COOKIE};
 pub use error::ApiError;
@@ -177,11 +178,12 @@ fn request_id(headers: &axum::http::HeaderMap) -> Option<&str> {
     headers.get("x-request-id").and_then(|value| value.to_str().ok()).and_then(event::kept_request_id)
 }
 
-/// One span per request; provider, event_id and outcome are filled in once known.
+/// One span per request; provider, event_id and outcome are filled in once
+/// known. It continues the trace of a caller that sent a `traceparent`.
 fn request_span(request: &Request) -> tracing::Span {
     let route = request.extensions().get::<MatchedPath>().map_or("", MatchedPath::as_str);
     let request_id = request_id(request.headers()).unwrap_or("");
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
         method = %request.method(),
         route,
@@ -189,5 +191,7 @@ fn request_span(request: &Request) -> tracing::Span {
         provider = tracing::field::Empty,
         event_id = tracing::field::Empty,
         outcome = tracing::field::Empty,
-    )
+    );
+    telemetry::context::continue_from(&span, request.headers());
+    span
 }

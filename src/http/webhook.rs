@@ -11,13 +11,14 @@ use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
-use tracing::Span;
+use tracing::{Instrument, Span};
 
 use super::error::ApiError;
 use super::{AppState, request_id};
 use crate::event::Payload;
 use crate::inbox::{Delivery, Recorded, Source};
 use crate::providers;
+use crate::telemetry;
 
 /// `POST /webhooks/{name}`: receives one delivery for the provider called `name`.
 pub async fn receive_named(
@@ -111,9 +112,11 @@ async fn receive_inner(
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     // Nothing touches the database before this check passes: an unsigned
     // request must not be able to write anything.
-    let verified = provider.verify(&parts.headers, &body, now).inspect_err(|reason| {
-        tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
-        metrics.rejected(reason);
+    let verified = tracing::info_span!("verify").in_scope(|| {
+        provider.verify(&parts.headers, &body, now).inspect_err(|reason| {
+            tracing::warn!(provider = provider.name(), %reason, "rejected unverified delivery");
+            metrics.rejected(reason);
+        })
     })?;
     metrics.verified();
     let payload = Payload::from_body(body)?;
@@ -129,12 +132,17 @@ async fn receive_inner(
             secret_index: verified.secret_index,
         },
         request_id: request_id(&parts.headers).map(str::to_owned),
+        traceparent: telemetry::context::traceparent(span),
     };
 
     // The rest runs on a delivery worker, to its end even if this request
     // is dropped (the client disconnected): the transaction commits or rolls
     // back as a whole.
-    let outcome = state.workers.deliver(state.routing.route(delivery)).await?;
+    let outcome = state
+        .workers
+        .deliver(state.routing.route(delivery))
+        .instrument(tracing::info_span!("transaction"))
+        .await?;
     if let Recorded::Processed { .. } = outcome {
         metrics.processed(occurred_at);
     }

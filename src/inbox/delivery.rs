@@ -18,6 +18,10 @@ pub struct Delivery {
     /// The request id the delivery arrived with (or the operator's command
     /// ran under, or the provider's API answered with), to join logs and archive.
     pub request_id: Option<String>,
+    /// The W3C `traceparent` of the span the delivery was received (or
+    /// reprocessed, or read back) in, when traces are exported: stored with
+    /// its forwarding jobs, whose attempts join that trace.
+    pub traceparent: Option<String>,
 }
 
 /// Where a delivery came from.

@@ -13,6 +13,7 @@ use tracing::{Instrument, Span, instrument};
 use crate::event::{Event, EventError, Payload};
 use crate::inbox::{self, Delivery, InboxError, Recorded, RoutingTable, Source};
 use crate::providers;
+use crate::telemetry;
 
 /// Why a row could not be reprocessed; nothing was written.
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +130,7 @@ pub async fn reprocess(
             secret_index: stored.secret_index.map(|i| i as usize),
         },
         request_id: request_id.map(str::to_owned),
+        traceparent: telemetry::context::traceparent(&Span::current()),
     };
     let routed = routing.route(delivery);
     let mut conn = pool.acquire().await.map_err(InboxError::from)?;

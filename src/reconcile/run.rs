@@ -18,6 +18,7 @@ use crate::db::SessionLock;
 use crate::event::{self, Event, Payload};
 use crate::inbox::{self, Delivery, InboxError, Recorded, RoutingTable, Source};
 use crate::providers;
+use crate::telemetry;
 
 /// How far behind the newest event read the mark stands (see [`Tracker`]).
 pub const OVERLAP: TimeDelta = TimeDelta::minutes(10);
@@ -376,6 +377,7 @@ async fn deliver_page(
             payload,
             source: Source::Api,
             request_id: page.request_id.as_deref().and_then(event::kept_request_id).map(str::to_owned),
+            traceparent: telemetry::context::traceparent(&tracing::Span::current()),
         };
         match inbox::deliver(conn, &routing.route(delivery)).await {
             Ok(Recorded::Processed { .. }) => summary.recovered += 1,

@@ -20,6 +20,7 @@ fn delivery(id: &str, payload: &str) -> Delivery {
         payload: payload.to_string().try_into().unwrap(),
         source: Source::Webhook { signature: "ts=1;h1=00".into(), secret_index: 0 },
         request_id: None,
+        traceparent: None,
     }
 }
 

@@ -127,6 +127,7 @@ fn to_record(routing: &RoutingTable, id: &str, payload: &str) -> ToRecord {
         payload: payload.to_string().try_into().unwrap(),
         source: Source::Webhook { signature: "ts=1;h1=00".into(), secret_index: 0 },
         request_id: None,
+        traceparent: None,
     };
     match routing.route(delivery) {
         Routed::Record(delivery) => delivery,

@@ -32,6 +32,7 @@ fn to_apply(routing: &RoutingTable, body: &Value) -> ToApply {
         payload,
         source: Source::Webhook { signature: "ts=1;h1=00".into(), secret_index: 0 },
         request_id: None,
+        traceparent: None,
     };
     match routing.route(delivery) {
         Routed::Apply(delivery) => delivery,

@@ -91,6 +91,15 @@ fn refusals() -> Vec<Refusal> {
             "METRICS_TOKEN: a bearer token must not start or end with whitespace",
             "a-metrics-token-long-enough",
         ),
+        // Traces are exported over OTLP/HTTP with protobuf only.
+        refusal(
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+            "invalid value 'grpc' for '--otlp-protocol <OTLP_PROTOCOL>'\n  [possible values: http/protobuf]",
+            "",
+        ),
     ]
 }
 

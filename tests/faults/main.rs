@@ -33,3 +33,4 @@ mod session_timeouts;
 mod shutdown;
 mod slow_clients;
 mod slow_effect;
+mod traces;

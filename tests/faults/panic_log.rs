@@ -18,7 +18,7 @@ const CANARY: &str = "canary-panic-payload-2f4a";
 #[test]
 fn a_panic_is_logged_as_one_json_error_event_without_its_message() {
     if std::env::var_os(CHILD).is_some() {
-        webhook_inbox::telemetry::init(LogFormat::Json);
+        webhook_inbox::telemetry::init(LogFormat::Json, None).unwrap();
         panic!("could not read the amount of {CANARY}");
     }
     let name = module_path!().split_once("::").expect("a module of the test crate").1;

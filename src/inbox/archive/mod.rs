@@ -97,11 +97,12 @@ struct Statements {
 
 /// The parameters after the columns' that write one delivery's jobs
 /// ([`bind_jobs_of_one`]).
-const JOBS_OF_ONE: [&str; 3] = ["destinations", "ordering_keys", "body"];
+const JOBS_OF_ONE: [&str; 4] = ["destinations", "ordering_keys", "body", "traceparent"];
 
 /// The parameters after the columns' that write several deliveries' jobs
 /// ([`bind_jobs_of_many`]).
-const JOBS_OF_MANY: [&str; 4] = ["delivery_numbers", "destinations", "ordering_keys", "bodies"];
+const JOBS_OF_MANY: [&str; 5] =
+    ["delivery_numbers", "destinations", "ordering_keys", "bodies", "traceparents"];
 
 /// The parameter after the columns' of a failure: its error.
 const ERROR: [&str; 1] = ["error"];
@@ -111,12 +112,12 @@ const ERROR: [&str; 1] = ["error"];
 /// dedup row was inserted (`first`, an SQL condition, or a join on the
 /// inserted dedup rows in `from`), so a duplicate never makes one. `from`
 /// names the rows to insert (`f.destination`, `f.ordering_key`), `body` the
-/// raw body and `event` the event's provider, id, type and time.
+/// raw body and trace context, and `event` the event's provider, id, type and time.
 fn jobs(from: &str, body: &str, event: &str, first: &str) -> String {
     format!(
         "jobs AS (
              INSERT INTO destination_jobs
-                 (destination, ordering_key, body, provider, event_id, event_type, occurred_at)
+                 (destination, ordering_key, body, traceparent, provider, event_id, event_type, occurred_at)
              SELECT f.destination, f.ordering_key, {body}, {event}
              FROM {from}
              WHERE {first}
@@ -150,8 +151,8 @@ impl Parts {
     fn jobs_of_one(&self) -> String {
         jobs(
             "unnest($destinations::text[], $ordering_keys::text[]) AS f(destination, ordering_key),
-                  (SELECT $body::bytea AS body) AS b",
-            "b.body",
+                  (SELECT $body::bytea AS body, $traceparent::text AS traceparent) AS b",
+            "b.body, b.traceparent",
             "$provider, $event_id, $event_type, $occurred_at",
             "EXISTS (SELECT FROM dedup)",
         )
@@ -181,11 +182,12 @@ impl Parts {
     /// The jobs of a batch's deliveries recorded first ([`JOBS_OF_MANY`]).
     fn jobs_of_many(&self) -> String {
         jobs(
-            "unnest($delivery_numbers::int8[], $destinations::text[], $ordering_keys::text[], $bodies::bytea[])
-                      AS f(n, destination, ordering_key, body)
+            "unnest($delivery_numbers::int8[], $destinations::text[], $ordering_keys::text[], $bodies::bytea[],
+                    $traceparents::text[])
+                      AS f(n, destination, ordering_key, body, traceparent)
                   JOIN input i ON i.n = f.n
                   JOIN dedup d ON d.provider = i.provider AND d.event_id = i.event_id",
-            "f.body",
+            "f.body, f.traceparent",
             "i.provider, i.event_id, i.event_type, i.occurred_at",
             "true",
         )
@@ -274,24 +276,26 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
 });
 
 /// Binds [`JOBS_OF_ONE`] after `delivery`'s columns: the destinations that
-/// want its event, each one's ordering key, and the raw body.
+/// want its event, each one's ordering key, the raw body and the trace context.
 fn bind_jobs_of_one<'q>(query: PgQuery<'q>, delivery: &'q Delivery, jobs: &'q [Forward]) -> PgQuery<'q> {
     query
         .bind(jobs.iter().map(|job| job.destination.as_str()).collect::<Vec<_>>())
         .bind(jobs.iter().map(|job| job.ordering_key.as_deref()).collect::<Vec<_>>())
         // The raw body, byte for byte: the jsonb the archive keeps is normalised.
         .bind(delivery.payload.as_str().as_bytes())
+        .bind(delivery.traceparent.as_deref())
 }
 
 /// Binds [`JOBS_OF_MANY`] after the deliveries' columns: for each job, the
 /// (1-based) number of its delivery, its destination, its ordering key,
-/// and its delivery's raw body.
+/// and its delivery's raw body and trace context.
 fn bind_jobs_of_many<'q>(query: PgQuery<'q>, jobs: &[(i64, &'q Delivery, &'q Forward)]) -> PgQuery<'q> {
     query
         .bind(jobs.iter().map(|(n, _, _)| *n).collect::<Vec<_>>())
         .bind(jobs.iter().map(|(_, _, job)| job.destination.as_str()).collect::<Vec<_>>())
         .bind(jobs.iter().map(|(_, _, job)| job.ordering_key.as_deref()).collect::<Vec<_>>())
         .bind(jobs.iter().map(|(_, delivery, _)| delivery.payload.as_str().as_bytes()).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|(_, delivery, _)| delivery.traceparent.as_deref()).collect::<Vec<_>>())
 }
 
 /// Inserts the dedup row and the archive row in one statement, and says

@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod forwarding;
 pub mod ledger;
 pub mod netns;
+pub mod otlp;
 pub mod provider;
 pub mod remote_postgres;
 pub mod service;
