@@ -1,8 +1,9 @@
 //! The engine's loop: for each queue, sends kept in flight up to its
-//! capacity, each outcome recorded as soon as it is known, and a claim
-//! whenever there is room and something may be due (after a record, when
-//! woken, or every poll interval). `serve` runs it in the background until
-//! shutdown; tests run the same loop at a time they choose, until idle.
+//! capacity, started from rows claimed ahead as slots free, and a step
+//! (`step.rs`) whenever sends ended, rows must go back, or there is room and
+//! something may be due (after a send ends, when woken, or every poll
+//! interval). `serve` runs it in the background until shutdown; tests run
+//! the same loop at a time they choose, until idle.
 //!
 //! Why continuous rather than rounds: a send that hangs until its timeout
 //! (a receiver that stopped answering) must not hold up the other rows of
@@ -129,9 +130,10 @@ impl Engine {
         }
     }
 
-    /// Claims nothing new from now on, and waits for the sends in flight
-    /// and their records until `deadline`; past it they are abandoned.
-    /// Returns whether everything finished.
+    /// Claims nothing new from now on, gives back the rows claimed ahead
+    /// that have not started, and waits for the sends in flight and their
+    /// records until `deadline`; past it they are abandoned. Returns whether
+    /// everything finished.
     ///
     /// An abandoned send loses nothing: its row stays leased, and the next
     /// claim after the lease (this process's successor, another replica)
