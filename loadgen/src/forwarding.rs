@@ -5,6 +5,9 @@
 //! - **forwarding rate**: jobs enqueued while the destination is paused,
 //!   then resumed; deliveries per second at the receiver, from the first
 //!   arrival to the last;
+//! - **drain ÷ intake**: of the same run, the queue's drain rate (jobs over
+//!   the time from `resume` to the last arrival) over the rate at which
+//!   intake accepted those events;
 //! - **intake with a destination**: unique events at a fixed client count,
 //!   without destinations and then with one destination that wants every
 //!   event (its sends running meanwhile), as a ratio;
@@ -203,6 +206,8 @@ impl Setting<'_> {
 #[derive(Default)]
 struct Runs {
     rate: Vec<f64>,
+    /// Drain rate ÷ intake rate of the same events.
+    drain: Vec<f64>,
     without: Vec<f64>,
     with: Vec<f64>,
 }
@@ -245,14 +250,17 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
         eprintln!("run {pass} of {}: forwarding {} jobs enqueued while paused ...", args.runs, args.jobs);
         setting.reset()?;
         setting.pause(true)?;
-        setting.intake(&service, args.jobs, args.clients).await?;
+        let accepted = setting.intake(&service, args.jobs, args.clients).await?;
         arrivals.take();
+        let resumed = SystemTime::now();
         setting.pause(false)?;
         setting.until_arrived(&arrivals, args.jobs, drain_limit).await?;
         let times: Vec<SystemTime> = arrivals.take().into_iter().map(|(_, at)| at).collect();
         let (first, last) = (times.iter().min().unwrap(), times.iter().max().unwrap());
         let span = last.duration_since(*first).unwrap_or_default().as_secs_f64();
         runs.rate.push((args.jobs - 1) as f64 / span);
+        let drained = args.jobs as f64 / last.duration_since(resumed).unwrap_or_default().as_secs_f64();
+        runs.drain.push(drained / accepted);
         service.stop()?;
     }
 
@@ -367,11 +375,12 @@ struct Measured {
 }
 
 impl Measured {
-    fn spreads(&self) -> (Spread, Spread, Spread, Spread) {
+    fn spreads(&self) -> (Spread, Spread, Spread, Spread, Spread) {
         let runs = &self.runs;
         let ratios = runs.with.iter().zip(&runs.without).map(|(with, without)| with / without).collect();
         (
             Spread::of(runs.rate.clone()).expect("a run"),
+            Spread::of(runs.drain.clone()).expect("a run"),
             Spread::of(runs.without.clone()).expect("a run"),
             Spread::of(runs.with.clone()).expect("a run"),
             Spread::of(ratios).expect("a run"),
@@ -385,7 +394,7 @@ impl Measured {
 
     /// The section of bench/RESULTS.md.
     fn render(&self, args: &ForwardingArgs) -> String {
-        let (rate, without, with, ratio) = self.spreads();
+        let (rate, drain, without, with, ratio) = self.spreads();
         let mut md = String::new();
         let _ = writeln!(
             md,
@@ -405,6 +414,12 @@ impl Measured {
             "| forwarding rate: {} jobs enqueued while paused, then resumed (first to last arrival) | {} deliveries/s |",
             args.jobs,
             rate.show(0)
+        );
+        let _ = writeln!(
+            md,
+            "| drain ÷ intake: those jobs over the time from resume to the last arrival, over intake's rate of the same events (target ≥ 1.0) | **{}**: {} |",
+            drain.show(2),
+            if drain.median >= 1.0 { "met" } else { "**not met**" }
         );
         let _ = writeln!(
             md,
@@ -444,15 +459,16 @@ impl Measured {
 
     /// The summary's line, for docs/performance.md.
     fn summary(&self, args: &ForwardingArgs) -> String {
-        let (rate, _, _, ratio) = self.spreads();
+        let (rate, drain, _, _, ratio) = self.spreads();
         format!(
             "Forwarding (run of {} at commit {}; `bench/forwarding.sh`): {} deliveries/s to a receiver on loopback \
-             that answers at once; intake with one destination wanting every event at {} × the intake without; \
+             that answers at once, draining at {} × the rate intake accepted the same events; intake with one destination wanting every event at {} × the intake without; \
              lag from recorded to delivered p50 {:.1} ms, p99 {:.1} ms at {} events/s; peak RSS {} with {} jobs \
              pending.\n",
             self.date,
             self.commit,
             rate.show(0),
+            drain.show(2),
             ratio.show(2),
             quantile(&self.lags, 0.5),
             quantile(&self.lags, 0.99),

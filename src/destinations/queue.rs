@@ -14,13 +14,20 @@ use super::declaration::{Destination, Ordering};
 use super::jobs::ClaimedJob;
 use super::sender::{self, Attempt, ForwardedEvent};
 use crate::db::statement::{PgQuery, numbered};
-use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
+use crate::queue::sql::{bind_record, bind_release, queue_due, queue_lease, queue_record, queue_release};
 use crate::queue::{Done, Queue, Schedule, Verdict};
 use crate::telemetry;
 
 /// A lease outlasts the request's timeout by this much: room for the
 /// record after it, beyond the engine's own margin.
 const LEASE_SLACK: Duration = Duration::from_secs(15);
+
+/// Rows a destination without a rate limit may have claimed and waiting, per
+/// send slot.
+const CLAIMED_AHEAD: usize = 4;
+
+/// Gives back jobs claimed but not sent.
+const RELEASE: &str = queue_release!("destination_jobs", "int8");
 
 /// One destination's queue.
 pub struct DestinationQueue {
@@ -214,6 +221,15 @@ impl Queue for DestinationQueue {
         self.destination.concurrency
     }
 
+    /// Rows waiting to start keep the sends going between steps; none under
+    /// a rate limit, whose tokens a claim spends.
+    fn ahead(&self) -> usize {
+        match self.destination.rate_limit {
+            None => CLAIMED_AHEAD * self.destination.concurrency,
+            Some(_) => 0,
+        }
+    }
+
     fn lease(&self) -> Duration {
         self.destination.timeout + LEASE_SLACK
     }
@@ -273,6 +289,11 @@ impl Queue for DestinationQueue {
 
     async fn record(&self, conn: &mut PgConnection, done: &[Done<ClaimedJob, Attempt>]) -> sqlx::Result<()> {
         bind_attempts(&self.destination, done).execute(conn).await?;
+        Ok(())
+    }
+
+    async fn release(&self, conn: &mut PgConnection, jobs: &[ClaimedJob]) -> sqlx::Result<()> {
+        bind_release(sqlx::query(RELEASE), jobs).execute(conn).await?;
         Ok(())
     }
 

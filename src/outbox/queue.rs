@@ -6,7 +6,7 @@ use sqlx::PgConnection;
 use tracing::instrument;
 use uuid::Uuid;
 
-use crate::queue::sql::{bind_record, queue_due, queue_lease, queue_record};
+use crate::queue::sql::{bind_record, bind_release, queue_due, queue_lease, queue_record, queue_release};
 use crate::queue::{ClaimedRow, Done, SendResult};
 
 /// An outbox row the email queue claimed, with what the email needs from `users`.
@@ -97,5 +97,11 @@ impl SendResult for Sent {
 #[instrument(skip_all)]
 pub async fn record(conn: &mut PgConnection, done: &[Done<ClaimedEmail, Sent>]) -> sqlx::Result<()> {
     bind_record(sqlx::query(queue_record!("outbox", "uuid")), done).execute(conn).await?;
+    Ok(())
+}
+
+/// Gives back `rows`, claimed but not sent (see [`queue_release!`]).
+pub async fn release(conn: &mut PgConnection, rows: &[ClaimedEmail]) -> sqlx::Result<()> {
+    bind_release(sqlx::query(queue_release!("outbox", "uuid")), rows).execute(conn).await?;
     Ok(())
 }

@@ -73,6 +73,10 @@ impl Queue for Emails {
         queue::record(conn, done).await
     }
 
+    async fn release(&self, conn: &mut PgConnection, rows: &[ClaimedEmail]) -> sqlx::Result<()> {
+        queue::release(conn, rows).await
+    }
+
     fn span(&self, row: &ClaimedEmail) -> tracing::Span {
         tracing::info_span!("email", outbox_id = %row.id, kind = row.kind, attempts = row.attempts)
     }

@@ -95,7 +95,7 @@ impl KeptConnection {
     }
 
     /// Closes the connection instead of returning it to the pool.
-    fn discard(&mut self) {
+    pub fn discard(&mut self) {
         if let Some(mut conn) = self.conn.take() {
             conn.close_on_drop();
         }

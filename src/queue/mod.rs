@@ -21,6 +21,7 @@ mod connection;
 mod runner;
 mod schedule;
 pub mod sql;
+mod step;
 
 use std::future::Future;
 use std::time::Duration;
@@ -44,6 +45,14 @@ pub trait Queue: Send + Sync + 'static {
 
     /// Most rows of this queue in flight at once in this process.
     fn capacity(&self) -> usize;
+
+    /// How many claimed rows may wait in this process beyond
+    /// [`capacity`](Queue::capacity), to start as sends end without a claim
+    /// each time. 0 (the default) where a claim spends something a waiting
+    /// row must not hold (a rate limit's tokens).
+    fn ahead(&self) -> usize {
+        0
+    }
 
     /// How long a claim is leased: longer than any send can take, so that a
     /// row is only claimed again once its sender is surely done or dead.
@@ -72,6 +81,15 @@ pub trait Queue: Send + Sync + 'static {
         &self,
         conn: &mut PgConnection,
         done: &[Done<Self::Row, Self::Attempt>],
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    /// Gives back `rows`, claimed but not sent, in one statement (see
+    /// [`sql`]): due again, their attempt not counted. Safe to repeat, as
+    /// [`record`](Queue::record) is.
+    fn release(
+        &self,
+        conn: &mut PgConnection,
+        rows: &[Self::Row],
     ) -> impl Future<Output = sqlx::Result<()>> + Send;
 
     /// The span a row's send and its logs run in, naming the row.
@@ -226,10 +244,9 @@ impl<R: ClaimedRow, A: SendResult> Done<R, A> {
     }
 }
 
-/// The end of a claim made now, on the database's terms (`lease_until`,
-/// from `now`) and on this process's clock.
-fn lease_from<Q: Queue>(queue: &Q, now: DateTime<Utc>) -> (DateTime<Utc>, tokio::time::Instant) {
-    let lease = queue.lease();
+/// The end of a claim made now for `lease`, on the database's terms
+/// (`lease_until`, from `now`) and on this process's clock.
+fn lease_from(lease: Duration, now: DateTime<Utc>) -> (DateTime<Utc>, tokio::time::Instant) {
     (
         now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX),
         tokio::time::Instant::now() + lease,

@@ -1,8 +1,9 @@
 //! The engine's loop: for each queue, sends kept in flight up to its
-//! capacity, each outcome recorded as soon as it is known, and a claim
-//! whenever there is room and something may be due (after a record, when
-//! woken, or every poll interval). `serve` runs it in the background until
-//! shutdown; tests run the same loop at a time they choose, until idle.
+//! capacity, started from rows claimed ahead as slots free, and a step
+//! (`step.rs`) whenever sends ended, rows must go back, or there is room and
+//! something may be due (after a send ends, when woken, or every poll
+//! interval). `serve` runs it in the background until shutdown; tests run
+//! the same loop at a time they choose, until idle.
 //!
 //! Why continuous rather than rounds: a send that hangs until its timeout
 //! (a receiver that stopped answering) must not hold up the other rows of
@@ -13,6 +14,7 @@
 //! engine holds one pooled connection whatever it runs, and its statements
 //! are short (sends hold no connection).
 
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::KeptConnection;
+use super::step::{Claim, Step};
 use super::{Done, Queue, Verdict, lease_from, send, unrecorded};
 
 /// Runs queues until stopped.
@@ -50,7 +53,7 @@ impl Wake {
 /// What a queue's loop did: the rows it claimed, and how each send ended.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {
-    /// Rows claimed.
+    /// Rows claimed and started (not those given back unsent).
     pub claimed: usize,
     /// Rows sent.
     pub sent: usize,
@@ -127,9 +130,10 @@ impl Engine {
         }
     }
 
-    /// Claims nothing new from now on, and waits for the sends in flight
-    /// and their records until `deadline`; past it they are abandoned.
-    /// Returns whether everything finished.
+    /// Claims nothing new from now on, gives back the rows claimed ahead
+    /// that have not started, and waits for the sends in flight and their
+    /// records until `deadline`; past it they are abandoned. Returns whether
+    /// everything finished.
     ///
     /// An abandoned send loses nothing: its row stays leased, and the next
     /// claim after the lease (this process's successor, another replica)
@@ -200,45 +204,82 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("")
 }
 
+/// A claimed row waiting in this process for a free send slot.
+struct Waiting<R> {
+    row: R,
+    /// When its claim's lease ends, on this process's clock.
+    lease_ends: tokio::time::Instant,
+    /// Past this it is given back instead of sent: it would have less than
+    /// a lease left for its send and record.
+    start_by: tokio::time::Instant,
+}
+
 /// One queue's loop, until `until`: what it did, and, running until idle,
 /// the error of a claim that failed.
+///
+/// Each turn of the loop starts waiting rows in free slots, then runs a
+/// [`Step`] if there is anything to record, give back or claim, then waits
+/// for a send to end (or a wake, the poll interval, the stop).
 async fn run<Q: Queue>(
     queue: &Arc<Q>,
     connection: Arc<Mutex<KeptConnection>>,
     until: Until,
 ) -> (Tally, Option<sqlx::Error>) {
     let mut in_flight: JoinSet<Done<Q::Row, Q::Attempt>> = JoinSet::new();
+    let mut waiting: VecDeque<Waiting<Q::Row>> = VecDeque::new();
+    let mut done: Vec<Done<Q::Row, Q::Attempt>> = Vec::new();
+    let mut release: Vec<Q::Row> = Vec::new();
     let mut tally = Tally::default();
     let mut claim_failed = None;
     let mut may_be_due = true;
     let stopped = || matches!(&until, Until::Stopped { stop, .. } if stop.is_cancelled());
+    let now = || match &until {
+        Until::Stopped { .. } => Utc::now(),
+        Until::Idle { now } => *now,
+    };
     loop {
+        // Unstarted rows go back now rather than when their lease ends, and
+        // after a failed send the step claims them again only if the queue
+        // may still send (a circuit that opened, a destination disabled).
+        if stopped() || done.iter().any(|d| d.error().is_some()) {
+            release.extend(waiting.drain(..).map(|w| w.row));
+        }
+        start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now());
         let room = queue.capacity().saturating_sub(in_flight.len());
-        if may_be_due && room > 0 && !stopped() && claim_failed.is_none() {
-            let now = match &until {
-                Until::Stopped { .. } => Utc::now(),
-                Until::Idle { now } => *now,
+        let limit = (room + queue.ahead()).saturating_sub(waiting.len());
+        let claim = may_be_due && limit > 0 && !stopped() && claim_failed.is_none();
+        if claim || !done.is_empty() || !release.is_empty() {
+            let now = now();
+            // Rows that may wait are leased twice as long: they start within
+            // one lease, and keep a whole lease for their send.
+            let lease = if limit > room { queue.lease() * 2 } else { queue.lease() };
+            let (lease_until, lease_ends) = lease_from(lease, now);
+            let step = Step {
+                release: &release,
+                done: &done,
+                claim: claim.then_some(Claim { now, lease_until, limit }),
             };
-            let (lease_until, lease_ends) = lease_from(&**queue, now);
-            let claimed = {
-                let mut conn = connection.lock().await;
-                let claimed = match conn.get().await {
-                    Ok(c) => queue.claim(c, now, lease_until, room).await,
-                    Err(error) => Err(error),
-                };
-                if let Err(error) = &claimed {
-                    conn.failed(error);
-                }
-                claimed
-            };
-            match claimed {
+            let records_end = done.iter().map(|d| d.lease_ends).min();
+            let stepped = step.run(&mut *connection.lock().await, &**queue, records_end).await;
+            match stepped {
                 Ok(rows) => {
                     // A full claim may have left more behind.
-                    may_be_due = rows.len() == room;
-                    tally.claimed += rows.len();
-                    for row in rows {
-                        let queue = queue.clone();
-                        in_flight.spawn(async move { send(&*queue, row, now, lease_ends).await });
+                    may_be_due = claim && rows.len() == limit;
+                    let start_by = tokio::time::Instant::now() + queue.lease();
+                    waiting.extend(rows.into_iter().map(|row| Waiting { row, lease_ends, start_by }));
+                }
+                Err(error) if !done.is_empty() || !release.is_empty() => {
+                    // Any part may be what failed: the sends are recorded
+                    // alone, and the claim is made alone in the next turn.
+                    if let Some(lease_ends) = records_end {
+                        let recorded = connection.lock().await.record(&**queue, &done, lease_ends).await;
+                        if let Err(error) = recorded {
+                            unrecorded(&**queue, done.len(), &error);
+                        }
+                    }
+                    if !release.is_empty() {
+                        tracing::warn!(queue = queue.name(), rows = release.len(), %error,
+                            "could not give back unsent rows; they are claimed again when their lease ends");
                     }
                 }
                 Err(error) => {
@@ -251,8 +292,15 @@ async fn run<Q: Queue>(
                     }
                 }
             }
+            done.clear();
+            release.clear();
+            start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now);
         }
-        if in_flight.is_empty() && (stopped() || (matches!(until, Until::Idle { .. }) && !may_be_due)) {
+        if in_flight.is_empty()
+            && waiting.is_empty()
+            && release.is_empty()
+            && (stopped() || (matches!(until, Until::Idle { .. }) && !may_be_due))
+        {
             break;
         }
         let finished = match &until {
@@ -264,28 +312,40 @@ async fn run<Q: Queue>(
             },
             Until::Idle { .. } => in_flight.join_next().await,
         };
-        let Some(first) = finished else {
-            may_be_due = true;
-            continue;
-        };
-        let mut done = Vec::new();
+        may_be_due = true;
+        let Some(first) = finished else { continue };
         for finished in std::iter::once(first).chain(std::iter::from_fn(|| in_flight.try_join_next())) {
             match finished {
-                Ok(finished) => done.push(finished),
+                Ok(finished) => {
+                    tally.count(finished.verdict);
+                    done.push(finished);
+                }
                 // Its row stays leased, and is sent again once the lease expires.
                 Err(error) => tracing::error!(queue = queue.name(), %error, "a send panicked"),
             }
         }
-        for finished in &done {
-            tally.count(finished.verdict);
-        }
-        if let Some(lease_ends) = done.iter().map(|d| d.lease_ends).min() {
-            let recorded = connection.lock().await.record(&**queue, &done, lease_ends).await;
-            if let Err(error) = recorded {
-                unrecorded(&**queue, done.len(), &error);
-            }
-        }
-        may_be_due = true;
     }
     (tally, claim_failed)
+}
+
+/// Starts waiting rows, in the order they were claimed, while `queue` has
+/// free slots; a row that waited too long to start goes to `release`.
+fn start<Q: Queue>(
+    queue: &Arc<Q>,
+    in_flight: &mut JoinSet<Done<Q::Row, Q::Attempt>>,
+    tally: &mut Tally,
+    waiting: &mut VecDeque<Waiting<Q::Row>>,
+    release: &mut Vec<Q::Row>,
+    now: DateTime<Utc>,
+) {
+    while in_flight.len() < queue.capacity() {
+        let Some(Waiting { row, lease_ends, start_by }) = waiting.pop_front() else { break };
+        if tokio::time::Instant::now() > start_by {
+            release.push(row);
+            continue;
+        }
+        tally.claimed += 1;
+        let queue = queue.clone();
+        in_flight.spawn(async move { send(&*queue, row, now, lease_ends).await });
+    }
 }

@@ -67,7 +67,27 @@ macro_rules! queue_record {
     };
 }
 
-pub(crate) use {queue_due, queue_lease, queue_record};
+/// Gives back claimed rows that were not sent (claimed ahead, then the
+/// engine stopped or they waited too long), in one statement: `$1` the ids
+/// (of SQL type `$id_type`), `$2` their claim tokens. They are due again at
+/// once, their claim's attempt is not counted, and no claim holds them. Only
+/// rows still held by their claim change, so it is safe to repeat.
+macro_rules! queue_release {
+    ($table:literal, $id_type:literal) => {
+        concat!(
+            "UPDATE ",
+            $table,
+            " AS q
+             SET locked_until = NULL, claim_token = NULL, attempts = q.attempts - 1
+             FROM unnest($1::",
+            $id_type,
+            "[], $2::uuid[]) AS r(id, claim_token)
+             WHERE q.id = r.id AND q.claim_token = r.claim_token AND q.status = 'pending'"
+        )
+    };
+}
+
+pub(crate) use {queue_due, queue_lease, queue_record, queue_release};
 
 use crate::db::statement::PgQuery;
 
@@ -92,4 +112,12 @@ pub fn bind_record<'q, J: ClaimedRow, A: SendResult>(
                 })
                 .collect::<Vec<_>>(),
         )
+}
+
+/// Binds `$1` and `$2` of [`queue_release!`] for `rows`: their ids and claim
+/// tokens.
+pub fn bind_release<'q, J: ClaimedRow>(query: PgQuery<'q>, rows: &[J]) -> PgQuery<'q> {
+    query
+        .bind(rows.iter().map(ClaimedRow::id).collect::<Vec<_>>())
+        .bind(rows.iter().map(ClaimedRow::claim_token).collect::<Vec<_>>())
 }

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use webhook_inbox::destinations::state;
+use webhook_inbox::client;
+use webhook_inbox::destinations::{DestinationQueue, state};
 use webhook_inbox::operations::jobs::{self, ReplayError};
-use webhook_inbox::queue::Tally;
+use webhook_inbox::queue::{Engine, Tally};
 
 use crate::support::forwarding::*;
 use crate::support::receiver::{Answer, Receiver};
@@ -204,4 +205,48 @@ async fn the_rate_limit_holds_across_two_replicas_in_every_window() {
         }
     }
     assert_eq!(receiver.arrivals().len(), 80);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_claimed_ahead_go_back_unsent_when_the_engine_stops_and_are_sent_once_after() {
+    let receiver = Receiver::start(SECRET).await;
+    let app = forwarding_app(destination(&receiver.url(), "concurrency = 1")).await;
+    for n in 1..=5 {
+        deliver(&app, &format!("evt_{n}"), &format!("ctm_{n}"), n).await;
+    }
+    receiver.answer_otherwise(Answer::Hang);
+    let declaration = &app.state.forwarding.declaration;
+    let mut engine = Engine::new(app.pool().clone(), Duration::from_millis(20));
+    engine.spawn(DestinationQueue::new(declaration.get("app").unwrap().clone(), client::build(), None));
+
+    // One in flight, held by the receiver; the other four claimed ahead, waiting.
+    receiver.until_held(1).await;
+    let leased = "SELECT count(*) FROM destination_jobs WHERE locked_until IS NOT NULL";
+    for _ in 0..1000 {
+        if app.count(leased).await == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(app.count(leased).await, 5, "the four behind the one in flight are claimed ahead");
+
+    // Stopped, the held send is abandoned past the deadline; the waiting four go back.
+    assert!(!engine.stop(tokio::time::Instant::now() + Duration::from_secs(2)).await);
+    assert_eq!(receiver.arrivals().len(), 1, "no job claimed ahead was sent");
+    assert_eq!(
+        app.count("SELECT count(*) FROM destination_jobs WHERE locked_until IS NULL AND claim_token IS NULL AND attempts = 0")
+            .await,
+        4,
+        "given back: due, unclaimed, their attempt not counted"
+    );
+
+    // The abandoned one goes again once its lease ends, the others once.
+    receiver.answer_otherwise(Answer::Status(200));
+    receiver.release();
+    let tally = send_due(app.pool(), &queue(&app, "app"), Utc::now() + chrono::Duration::hours(1)).await;
+    assert_eq!(tally, Tally { claimed: 5, sent: 5, ..Tally::default() });
+    let mut first_attempts: Vec<String> =
+        receiver.arrivals().iter().map(|a| a.header("webhook-inbox-attempt").to_string()).collect();
+    first_attempts.sort();
+    assert_eq!(first_attempts, ["1", "1", "1", "1", "1", "2"], "one attempt each, the abandoned one two");
 }

@@ -94,6 +94,10 @@ impl Queue for PanicsOnce {
         Ok(())
     }
 
+    async fn release(&self, _: &mut PgConnection, _: &[Row]) -> sqlx::Result<()> {
+        Ok(())
+    }
+
     fn span(&self, _: &Row) -> tracing::Span {
         tracing::Span::none()
     }

@@ -86,6 +86,8 @@ struct Shared {
     let_through: Semaphore,
     /// Requests held right now.
     held: Mutex<usize>,
+    /// The paths of held requests answered by `let_through`, in order.
+    let_through_paths: Mutex<Vec<String>>,
 }
 
 /// The receiver; stops when dropped.
@@ -129,6 +131,7 @@ impl Receiver {
             released: watch::channel(false).0,
             let_through: Semaphore::new(0),
             held: Mutex::default(),
+            let_through_paths: Mutex::default(),
         });
         let app = axum::Router::new().fallback({
             let shared = shared.clone();
@@ -179,6 +182,12 @@ impl Receiver {
     /// Answers `count` hung requests (200), now or as they come.
     pub fn let_through(&self, count: usize) {
         self.shared.let_through.add_permits(count);
+    }
+
+    /// The paths of the held requests [`Receiver::let_through`] answered
+    /// so far, in order.
+    pub fn let_through_paths(&self) -> Vec<String> {
+        self.shared.let_through_paths.lock().unwrap().clone()
     }
 
     /// How many requests are held right now (hung, their sender still
@@ -278,7 +287,10 @@ async fn receive(shared: Arc<Shared>, uri: Uri, headers: HeaderMap, body: Bytes)
             let mut released = shared.released.subscribe();
             tokio::select! {
                 _ = released.wait_for(|released| *released) => {}
-                permit = shared.let_through.acquire() => permit.unwrap().forget(),
+                permit = shared.let_through.acquire() => {
+                    permit.unwrap().forget();
+                    shared.let_through_paths.lock().unwrap().push(path.clone());
+                }
             }
             StatusCode::OK.into_response()
         }
