@@ -19,11 +19,10 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args;
-use tokio::task::JoinSet;
+use futures_util::future::try_join_all;
 
 use crate::client::Connection;
 use crate::events::{self, Provider};
@@ -66,7 +65,7 @@ pub struct BackfillArgs {
 pub(crate) const SECTION: (&str, &str) = ("<!-- backfill:start -->", "<!-- backfill:end -->");
 pub(crate) const SUMMARY: (&str, &str) = ("<!-- backfill:summary:start -->", "<!-- backfill:summary:end -->");
 
-/// The prefix of the live events' ids (the backfilled ones' is a number).
+/// The prefix of the live events' ids (the backfilled ones' is a hex number).
 const LIVE: &str = "evt_live";
 
 /// Longest the backfill may take to drain.
@@ -157,48 +156,40 @@ pub async fn run(args: BackfillArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends unique live events at `rate` per second, each at its own time
-/// whatever the answers take, until `done()`; returns how many. Signed a
-/// second's worth at a time, so that no signature outlives the service's
-/// tolerance however long the backfill takes.
+/// Sends unique live events at `rate` per second, each at its own time,
+/// until `done()`; returns how many. Each lane's connection stays busy (a
+/// connection left idle would be closed by the service's header timeout),
+/// and each event is signed as it leaves, so that no signature outlives
+/// the service's tolerance however long the backfill takes.
 async fn paced_until(
     addr: SocketAddr,
     rate: usize,
     payload_bytes: usize,
     done: impl Fn() -> bool,
 ) -> anyhow::Result<usize> {
+    // Enough connections that one slow answer does not delay the next send.
+    const LANES: usize = 8;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
-    let idle: Arc<Mutex<Vec<Connection>>> = Arc::default();
+    let nonce = events::unix_nanos();
     let start = tokio::time::Instant::now();
-    let mut sends = JoinSet::new();
-    let mut batch = Arc::new(Vec::new());
-    let mut sent = 0;
-    while !done() {
-        if sent % rate == 0 {
-            let run_id = format!("live{:x}", events::unix_nanos());
-            batch =
-                Arc::new(events::build(Provider::Paddle, None, PADDLE_SECRET, &run_id, rate, payload_bytes)?);
-            anyhow::ensure!(batch[0].event_id.starts_with(LIVE), "live ids start with {LIVE}");
+    let done = &done;
+    let lane = |lane: usize| async move {
+        let mut connection = Connection::open(addr).await?;
+        let mut sent = 0;
+        for index in (lane..).step_by(LANES) {
+            tokio::time::sleep_until(start + interval * index as u32).await;
+            if done() {
+                break;
+            }
+            let run_id = format!("live{nonce:x}{index:08}");
+            let request = events::build(Provider::Paddle, None, PADDLE_SECRET, &run_id, 1, payload_bytes)?;
+            let status = connection.send(&request, 0).await.status;
+            anyhow::ensure!(status == 200, "live event {index} was answered {status}");
+            sent += 1;
         }
-        tokio::time::sleep_until(start + interval * sent as u32).await;
-        let (batch, idle, index) = (batch.clone(), idle.clone(), sent % rate);
-        sends.spawn(async move {
-            let reused = idle.lock().unwrap().pop();
-            let mut connection = match reused {
-                Some(connection) => connection,
-                None => Connection::open(addr).await?,
-            };
-            let status = connection.send(&batch, index).await.status;
-            idle.lock().unwrap().push(connection);
-            anyhow::ensure!(status == 200, "a live event was answered {status}");
-            Ok(())
-        });
-        sent += 1;
-    }
-    while let Some(send) = sends.join_next().await {
-        send??;
-    }
-    Ok(sent)
+        anyhow::Ok(sent)
+    };
+    Ok(try_join_all((0..LANES).map(lane)).await?.into_iter().sum())
 }
 
 /// What one run measured.
