@@ -11,8 +11,8 @@
 # minutes per run.
 # Extra arguments go to `loadgen bench` (`--runs 1 --no-write` to try a change
 # quickly; see `cargo run --release -p loadgen -- bench --help`). Then the
-# forwarding rows (`loadgen forwarding`, alone: bench/forwarding.sh), which
-# write nothing either when `--no-write` is given.
+# forwarding rows (`loadgen forwarding` and `loadgen backfill`, alone:
+# bench/forwarding.sh), which write nothing either when `--no-write` is given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v pgbench >/dev/null || { echo "pgbench not found: install the PostgreSQL client/server package" >&2; exit 1; }
@@ -22,4 +22,5 @@ forwarding=()
 for arg in "$@"; do
     [ "$arg" = --no-write ] && forwarding+=(--no-write)
 done
-exec target/release/loadgen forwarding "${forwarding[@]}"
+target/release/loadgen forwarding "${forwarding[@]}"
+exec target/release/loadgen backfill "${forwarding[@]}"

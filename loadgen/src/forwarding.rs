@@ -44,7 +44,7 @@ use crate::results::{Spread, replace_between};
 use crate::service::{Binary, PADDLE_SECRET, Service};
 use crate::{LoadArgs, prepare};
 
-const DESTINATION_SECRET: &str = "whsec_9hBNmFv3dVdZbK2sUmbJmS7k3dkqQDhW";
+pub(crate) const DESTINATION_SECRET: &str = "whsec_9hBNmFv3dVdZbK2sUmbJmS7k3dkqQDhW";
 
 /// How the measurement runs.
 #[derive(Debug, Args)]
@@ -91,21 +91,26 @@ pub struct ForwardingArgs {
 
 /// What the receiver saw: each event's arrival, wall clock.
 #[derive(Default)]
-struct Arrivals(Mutex<Vec<(String, SystemTime)>>);
+pub(crate) struct Arrivals(Mutex<Vec<(String, SystemTime)>>);
 
 impl Arrivals {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().unwrap().len()
     }
 
-    fn take(&self) -> Vec<(String, SystemTime)> {
+    /// How many of the events that arrived `which` picks, by id.
+    pub(crate) fn count(&self, which: impl Fn(&str) -> bool) -> usize {
+        self.0.lock().unwrap().iter().filter(|(id, _)| which(id)).count()
+    }
+
+    pub(crate) fn take(&self) -> Vec<(String, SystemTime)> {
         std::mem::take(&mut self.0.lock().unwrap())
     }
 }
 
 /// The team's app: answers every request 200 at once, noting its
 /// `webhook-inbox-event-id` and when it came.
-async fn receiver() -> anyhow::Result<(SocketAddr, Arc<Arrivals>)> {
+pub(crate) async fn receiver() -> anyhow::Result<(SocketAddr, Arc<Arrivals>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let arrivals = Arc::new(Arrivals::default());
@@ -186,20 +191,20 @@ impl Setting<'_> {
         anyhow::ensure!(report.with_status(200) == report.requests(), "non-200 answers: {}", report.text());
         Ok(report.rps())
     }
+}
 
-    /// Polls until `count` arrived, for at most `limit`.
-    async fn until_arrived(&self, arrivals: &Arrivals, count: usize, limit: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + limit;
-        while arrivals.len() < count {
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "only {} of {count} forwards arrived within {limit:?}",
-                arrivals.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
+/// Polls until `count` arrived, for at most `limit`.
+pub(crate) async fn until_arrived(arrivals: &Arrivals, count: usize, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while arrivals.len() < count {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {} of {count} forwards arrived within {limit:?}",
+            arrivals.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(())
 }
 
 /// One run of each row.
@@ -245,7 +250,7 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
         setting.reset()?;
         arrivals.take();
         runs.with.push(setting.intake(&service, args.intake_events, args.clients).await?);
-        setting.until_arrived(&arrivals, args.intake_events, drain_limit).await?;
+        until_arrived(&arrivals, args.intake_events, drain_limit).await?;
 
         eprintln!("run {pass} of {}: forwarding {} jobs enqueued while paused ...", args.runs, args.jobs);
         setting.reset()?;
@@ -254,7 +259,7 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
         arrivals.take();
         let resumed = SystemTime::now();
         setting.pause(false)?;
-        setting.until_arrived(&arrivals, args.jobs, drain_limit).await?;
+        until_arrived(&arrivals, args.jobs, drain_limit).await?;
         let times: Vec<SystemTime> = arrivals.take().into_iter().map(|(_, at)| at).collect();
         let (first, last) = (times.iter().min().unwrap(), times.iter().max().unwrap());
         let span = last.duration_since(*first).unwrap_or_default().as_secs_f64();
@@ -270,8 +275,8 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
     arrivals.take();
     let lag_events = args.lag_rate as usize * args.lag_seconds as usize;
     paced(service.addr, lag_events, args.lag_rate, args.payload_bytes).await?;
-    setting.until_arrived(&arrivals, lag_events, drain_limit).await?;
-    let lags = lags(&setting, &arrivals.take())?;
+    until_arrived(&arrivals, lag_events, drain_limit).await?;
+    let lags = lags(&setting.conninfo, &arrivals.take())?;
     service.stop()?;
 
     eprintln!("peak RSS with {} pending jobs ...", args.pending);
@@ -284,7 +289,7 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
     anyhow::ensure!(pending == args.pending, "{pending} jobs pending, not {}", args.pending);
     arrivals.take();
     setting.pause(false)?;
-    setting.until_arrived(&arrivals, args.pending, drain_limit).await?;
+    until_arrived(&arrivals, args.pending, drain_limit).await?;
     let peak_rss_kib = service.peak_rss_kib();
     service.stop()?;
     std::fs::remove_dir_all(&work).ok();
@@ -339,16 +344,16 @@ async fn paced(addr: SocketAddr, count: usize, rate: u32, payload_bytes: usize) 
     Ok(())
 }
 
-/// Each arrival's lag, in ms: from its job's `created_at` to when it came.
-fn lags(setting: &Setting<'_>, arrivals: &[(String, SystemTime)]) -> anyhow::Result<Vec<f64>> {
-    let created: HashMap<String, f64> = setting
-        .sql("SELECT event_id || ' ' || extract(epoch FROM created_at) FROM destination_jobs")?
-        .lines()
-        .filter_map(|line| {
-            let (id, at) = line.split_once(' ')?;
-            Some((id.to_string(), at.parse().ok()?))
-        })
-        .collect();
+/// Each arrival's lag, in ms, sorted: from its job's `created_at` to when it came.
+pub(crate) fn lags(conninfo: &str, arrivals: &[(String, SystemTime)]) -> anyhow::Result<Vec<f64>> {
+    let created: HashMap<String, f64> =
+        psql(conninfo, "SELECT event_id || ' ' || extract(epoch FROM created_at) FROM destination_jobs")?
+            .lines()
+            .filter_map(|line| {
+                let (id, at) = line.split_once(' ')?;
+                Some((id.to_string(), at.parse().ok()?))
+            })
+            .collect();
     let mut lags: Vec<f64> = arrivals
         .iter()
         .filter_map(|(id, at)| {
@@ -361,7 +366,7 @@ fn lags(setting: &Setting<'_>, arrivals: &[(String, SystemTime)]) -> anyhow::Res
     Ok(lags)
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 

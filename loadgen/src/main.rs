@@ -6,6 +6,7 @@
 //! benchmark: the PostgreSQL ceiling (pgbench running the service's own SQL)
 //! and the service, side by side on one server, and writes the table;
 //! `loadgen forwarding` measures forwarding to a receiver on loopback;
+//! `loadgen backfill` the live events' lag while a destination is backfilled;
 //! `loadgen retention` measures retention on a ten-million-row archive;
 //! `loadgen soak` runs an hour of steady traffic and samples the process.
 //!
@@ -13,6 +14,7 @@
 //! time is the service's, not the generator's HMAC work.
 
 mod answers;
+mod backfill;
 mod bench;
 mod client;
 mod console;
@@ -47,6 +49,8 @@ enum Cli {
     Console(console::ConsoleArgs),
     /// Forwarding to a receiver on loopback: rate, intake with a destination, lag, memory with pending jobs.
     Forwarding(forwarding::ForwardingArgs),
+    /// Live events' lag while a destination added later is backfilled: records the events, declares the destination, backfills it, sends live events meanwhile.
+    Backfill(backfill::BackfillArgs),
     /// Retention on a ten-million-row archive: dropping a day's partition against deleting the same rows in batches, and the hot reads' plans.
     Retention(retention::RetentionArgs),
     /// An hour of steady traffic, sampled every ten seconds: writes RELIABILITY.md's soak section and its chart.
@@ -127,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
         Cli::Bench(args) => bench::run(args).await?,
         Cli::Console(args) => console::run(args).await?,
         Cli::Forwarding(args) => forwarding::run(args).await?,
+        Cli::Backfill(args) => backfill::run(args).await?,
         Cli::Retention(args) => retention::run(args).await?,
         Cli::Soak(args) => soak::run(args).await?,
     }
@@ -209,6 +214,8 @@ mod tests {
             ("bench", "summary", &[results::SUMMARY]),
             ("forwarding", "output", &[forwarding::SECTION]),
             ("forwarding", "summary", &[forwarding::SUMMARY]),
+            ("backfill", "output", &[backfill::SECTION]),
+            ("backfill", "summary", &[backfill::SUMMARY]),
             ("console", "output", &[console::MARKERS]),
             ("retention", "output", &[retention::MARKERS]),
             ("soak", "output", &[soak::MARKERS]),

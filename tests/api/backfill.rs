@@ -1,6 +1,7 @@
 //! `destinations backfill`: a destination added after events were recorded
 //! gets each applied event it missed once, oldest first, after live jobs;
-//! a second run, and a dry run, write nothing.
+//! a second run, and a dry run, write nothing; the same from the console,
+//! in a real browser.
 
 use std::collections::HashMap;
 
@@ -9,6 +10,7 @@ use serde_json::json;
 use webhook_inbox::queue::Tally;
 
 use crate::support::app::send;
+use crate::support::browser::Browser;
 use crate::support::forwarding::*;
 use crate::support::receiver::Receiver;
 use crate::support::*;
@@ -180,4 +182,84 @@ async fn the_admin_api_backfills_counts_and_refuses_bad_input_with_a_reason() {
     let done = post(path, json!({ "since": "1d" })).await;
     assert_eq!(done.body, json!({ "destination": "app", "enqueued": 2, "dry_run": false }));
     assert_eq!(app.count("SELECT count(*) FROM destination_jobs WHERE backfill").await, 2);
+}
+
+/// Sets the backfill form's `since` and `until` fields to `since` and
+/// `until`, its dry run box to `dry_run`, and submits it; waits for `then`.
+async fn submit_backfill(browser: &Browser, since: &str, until: &str, dry_run: bool, then: &str) {
+    for (field, value) in [("since", since), ("until", until)] {
+        let input = browser.wait_for(&format!("#backfill input[name={field}]")).await;
+        input.clear().await.unwrap();
+        input.send_keys(value).await.unwrap();
+    }
+    let ticked = browser.evaluate("return document.querySelector('#backfill [name=dry_run]').checked").await;
+    if ticked != dry_run {
+        browser.wait_for("#backfill [name=dry_run]").await.click().await.unwrap();
+    }
+    browser.click("#run-backfill", then).await;
+}
+
+#[tokio::test]
+async fn the_console_backfills_a_destination_counting_first_and_refuses_bad_input() {
+    let receiver = Receiver::start(SECRET).await;
+    let (app, _config) = added_later(&receiver, 3, "").await;
+    deliver_live(&app, 1).await;
+    let server = app.listen().await;
+    let base = format!("http://{}", server.addr);
+    let browser = Browser::start().await;
+    browser.sign_in(&base, TOKEN).await;
+    let jobs = || app.count("SELECT count(*) FROM destination_jobs WHERE backfill");
+
+    // From the overview to the form; a dry run counts and writes nothing.
+    browser.click("#backfill-app", "#backfill").await;
+    assert_eq!(browser.path().await, "/console/destinations/app/backfill");
+    submit_backfill(&browser, "1h", "", true, "#backfill-count").await;
+    assert_eq!(browser.text("#backfill-count").await, "3");
+    assert!(browser.text("#backfill-summary").await.starts_with("Dry run, nothing written"));
+    assert_eq!(jobs().await, 0);
+
+    // Bad input: the console's error page with the reason, as text; nothing written.
+    let hostile = "\"><img src=x onerror=alert('since')>";
+    for (since, until, reason) in [
+        (hostile, "", "since: \"\\\"><img src=x onerror=alert('since')>\" is not a duration"),
+        ("", "", "since is required"),
+        ("1h", "2h", "until must be after since"),
+    ] {
+        browser.open(&format!("{base}/console/destinations/app/backfill"), "#backfill").await;
+        submit_backfill(&browser, since, until, false, "#reason").await;
+        assert_eq!(browser.client.title().await.unwrap(), "400 · webhook-inbox", "{since} {until}");
+        assert!(browser.text("#reason").await.starts_with(reason), "{}", browser.text("#reason").await);
+        browser.assert_no_dialog().await;
+        assert_eq!(browser.evaluate("return document.querySelectorAll('img').length").await, 0);
+    }
+    // A form without the session's CSRF token is refused.
+    browser.open(&format!("{base}/console/destinations/app/backfill"), "#backfill").await;
+    browser.evaluate("document.querySelector('#backfill [name=csrf]').remove(); return null").await;
+    submit_backfill(&browser, "1h", "", false, "#reason").await;
+    assert_eq!(browser.client.title().await.unwrap(), "403 · webhook-inbox");
+    assert_eq!(jobs().await, 0);
+    browser.open(&format!("{base}/console/destinations/nope/backfill"), "#reason").await;
+    assert_eq!(browser.client.title().await.unwrap(), "404 · webhook-inbox");
+
+    // The run: the count, the jobs marked as a backfill's, an audit row on the overview.
+    browser.open(&format!("{base}/console/destinations/app/backfill"), "#backfill").await;
+    submit_backfill(&browser, "1h", "", false, "#backfill-count").await;
+    assert_eq!(browser.text("#backfill-count").await, "3");
+    assert!(browser.text("#backfill-summary").await.starts_with("Done"));
+    let listed = cli(&app.db, &["jobs", "list", "--json"]).await.json_lines();
+    let mut backfilled: Vec<&str> = listed
+        .iter()
+        .filter(|job| job["backfill"].as_bool().unwrap())
+        .map(|job| job["event_id"].as_str().unwrap())
+        .collect();
+    backfilled.sort();
+    assert_eq!(backfilled, ["evt_old_1", "evt_old_2", "evt_old_3"]);
+    submit_backfill(&browser, "1h", "", false, "#backfill-count").await;
+    assert_eq!(browser.text("#backfill-count").await, "0", "nothing twice");
+    browser.open(&format!("{base}/console"), "#destination-actions").await;
+    let actions = browser.text("#destination-actions tbody").await;
+    assert!(actions.contains("backfill app") && actions.contains("3 jobs enqueued"), "{actions}");
+    assert_eq!(app.count("SELECT count(*) FROM console_audit WHERE action = 'backfill'").await, 2);
+    drop(browser);
+    server.stop().await.unwrap();
 }

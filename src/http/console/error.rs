@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use super::templates;
 use crate::http::ApiError;
 use crate::operations::ReprocessError;
+use crate::operations::backfill::BackfillError;
 use crate::operations::destinations::DestinationError;
 use crate::operations::jobs::ReplayError;
 
@@ -55,6 +56,12 @@ impl From<DestinationError> for ConsoleError {
 
 impl From<ReplayError> for ConsoleError {
     fn from(error: ReplayError) -> Self {
+        ConsoleError::Api(error.into())
+    }
+}
+
+impl From<BackfillError> for ConsoleError {
+    fn from(error: BackfillError) -> Self {
         ConsoleError::Api(error.into())
     }
 }

@@ -10,6 +10,7 @@
 //! behind the session passes the CSRF check before its handler runs.
 
 mod actions;
+mod backfill;
 mod chart;
 mod destinations;
 mod error;
@@ -63,6 +64,7 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/destinations/{name}/replay-dead",
             get(destinations::replay_dead_dry_run).post(destinations::replay_dead),
         )
+        .route("/destinations/{name}/backfill", get(backfill::form).post(backfill::run))
         .route("/jobs/{id}/replay", post(destinations::replay_job))
         .route("/sign-out", post(session::sign_out))
         .layer(middleware::from_fn_with_state(state, session::require));

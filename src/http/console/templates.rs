@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::operations::display;
 
 /// The templates, by name.
-const TEMPLATES: [(&str, &str); 8] = [
+const TEMPLATES: [(&str, &str); 9] = [
     ("base.html", include_str!("../../../templates/console/base.html")),
     ("sign_in.html", include_str!("../../../templates/console/sign_in.html")),
     ("error.html", include_str!("../../../templates/console/error.html")),
@@ -31,6 +31,7 @@ const TEMPLATES: [(&str, &str); 8] = [
     ("event.html", include_str!("../../../templates/console/event.html")),
     ("bulk.html", include_str!("../../../templates/console/bulk.html")),
     ("replay_dead.html", include_str!("../../../templates/console/replay_dead.html")),
+    ("backfill.html", include_str!("../../../templates/console/backfill.html")),
 ];
 
 const STYLESHEET: &str = include_str!("../../../templates/console/console.css");
