@@ -88,6 +88,8 @@ pub struct ClaimedJob {
     pub body: Bytes,
     /// The trace context of the delivery the job was made from, if traced.
     pub traceparent: Option<String>,
+    /// Made by a backfill: claimed after live jobs, and started after them.
+    pub backfill: bool,
 }
 
 impl crate::queue::ClaimedRow for ClaimedJob {
@@ -103,5 +105,9 @@ impl crate::queue::ClaimedRow for ClaimedJob {
 
     fn attempt(&self) -> u32 {
         u32::try_from(self.attempts - self.schedule_from).unwrap_or(1)
+    }
+
+    fn yields(&self) -> bool {
+        self.backfill
     }
 }

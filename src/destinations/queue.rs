@@ -92,7 +92,7 @@ macro_rules! claim {
             queue_due!("o"),
             "
                  RETURNING o.id, o.claim_token, o.attempts, o.schedule_from, o.provider, o.event_id,
-                           o.event_type, o.occurred_at, o.body, o.traceparent
+                           o.event_type, o.occurred_at, o.body, o.traceparent, o.backfill
              ),
              spent AS (
                  UPDATE destinations AS d

@@ -121,6 +121,14 @@ pub trait ClaimedRow: Send + Sync + 'static {
 
     /// Which attempt of the retry schedule this is, 1 for the first.
     fn attempt(&self) -> u32;
+
+    /// Whether, claimed ahead, the row yields its place to rows claimed
+    /// after it that do not (a backfilled job to live ones): without it, a
+    /// live row claimed first by its claim would still start behind every
+    /// row already waiting.
+    fn yields(&self) -> bool {
+        false
+    }
 }
 
 /// What one send of a queue reports to the engine: whether it failed, and why.

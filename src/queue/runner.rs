@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::KeptConnection;
 use super::step::{Claim, Step};
-use super::{Done, Queue, Verdict, lease_from, send, unrecorded};
+use super::{ClaimedRow, Done, Queue, Verdict, lease_from, send, unrecorded};
 
 /// Runs queues until stopped.
 pub struct Engine {
@@ -266,7 +266,9 @@ async fn run<Q: Queue>(
                     // A full claim may have left more behind.
                     may_be_due = claim && rows.len() == limit;
                     let start_by = tokio::time::Instant::now() + queue.lease();
-                    waiting.extend(rows.into_iter().map(|row| Waiting { row, lease_ends, start_by }));
+                    for row in rows {
+                        wait(&mut waiting, Waiting { row, lease_ends, start_by });
+                    }
                 }
                 Err(error) if !done.is_empty() || !release.is_empty() => {
                     // Any part may be what failed: the sends are recorded
@@ -328,7 +330,19 @@ async fn run<Q: Queue>(
     (tally, claim_failed)
 }
 
-/// Starts waiting rows, in the order they were claimed, while `queue` has
+/// Puts a claimed row in line: behind the others, but ahead of the rows
+/// that yield ([`ClaimedRow::yields`]) unless it yields too. Safe for
+/// ordered queues: their claim never takes a row while an earlier one of
+/// its key is claimed, waiting or not, so no two waiting rows share a key.
+fn wait<R: ClaimedRow>(waiting: &mut VecDeque<Waiting<R>>, row: Waiting<R>) {
+    let at = match row.row.yields() {
+        true => waiting.len(),
+        false => waiting.iter().position(|w| w.row.yields()).unwrap_or(waiting.len()),
+    };
+    waiting.insert(at, row);
+}
+
+/// Starts waiting rows, in line ([`wait`]), while `queue` has
 /// free slots; a row that waited too long to start goes to `release`.
 fn start<Q: Queue>(
     queue: &Arc<Q>,

@@ -12,7 +12,7 @@ use webhook_inbox::queue::Tally;
 use crate::support::app::send;
 use crate::support::browser::Browser;
 use crate::support::forwarding::*;
-use crate::support::receiver::Receiver;
+use crate::support::receiver::{Answer, Receiver};
 use crate::support::*;
 
 const TOKEN: &str = "admin-token-0123456789";
@@ -130,6 +130,32 @@ async fn live_events_recorded_during_a_large_backfill_are_sent_before_it_and_it_
     let old: Vec<String> = (1..=before).map(|n| format!("evt_old_{n}")).collect();
     assert_eq!(events[..5], live, "the live events go first, though enqueued after the backfill");
     assert_eq!(events[5..], old, "then the backfill, oldest first");
+}
+
+#[tokio::test]
+async fn a_live_event_starts_before_the_backfilled_jobs_already_claimed_ahead() {
+    let receiver = Receiver::start(SECRET).await;
+    let before = 10;
+    // One request at a time; the engine claims up to 4 more ahead.
+    let (app, config) = added_later(&receiver, before, "concurrency = 1").await;
+    let path = config.path().to_str().unwrap();
+    cli(&app.db, &["--config", path, "destinations", "backfill", "app", "--since", "1d"]).await.ok();
+    receiver.answer_next([Answer::Hang]);
+    let queue = queue(&app, "app");
+    let pool = app.pool().clone();
+    // Late enough that the live job, recorded below, is due too.
+    let sending =
+        tokio::spawn(async move { send_due(&pool, &queue, Utc::now() + chrono::Duration::minutes(1)).await });
+    // evt_old_1 hangs in flight; evt_old_2 .. 5 wait, claimed ahead.
+    receiver.until_held(1).await;
+    deliver_live(&app, 1).await;
+    receiver.let_through(1);
+
+    assert_eq!(sending.await.unwrap().sent, before + 1);
+    let events = arrived(&receiver);
+    // evt_old_2 starts in the slot evt_old_1 freed, before the step that
+    // records evt_old_1 claims the live job; the live job then goes first.
+    assert_eq!(events[..3], ["evt_old_1", "evt_old_2", "evt_new_1"], "{events:?}");
 }
 
 #[tokio::test]
