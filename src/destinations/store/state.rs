@@ -1,5 +1,7 @@
 //! The destinations' runtime state in the database (`destinations`): one row
-//! per name, which every replica and the CLI read and write.
+//! per name, which every replica and the CLI read and write; and the one
+//! reading of each destination's state and backlog ([`overview`]), which
+//! operators' listings and the metrics share.
 
 use std::sync::LazyLock;
 
