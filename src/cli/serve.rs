@@ -53,9 +53,9 @@ pub async fn run(
         false => db::MIGRATOR.run(&db.pool).await.context("applying migrations"),
     };
     let declared = match migrated {
-        Ok(()) => {
-            destinations::state::declare(&db.pool, &declaration).await.context("declaring the destinations")
-        }
+        Ok(()) => destinations::store::state::declare(&db.pool, &declaration)
+            .await
+            .context("declaring the destinations"),
         Err(error) => Err(error),
     };
     if let Err(error) = declared {
@@ -88,7 +88,8 @@ pub async fn run(
     if let Some(mailer) = mailer {
         engine.spawn(Emails::new(mailer, schedule(&config.outbox)));
     }
-    let forwarding = Forwarding::start(declaration, client::build(), &mut engine, &state.metrics);
+    let forwarding =
+        Forwarding::start(declaration, client::build(), &mut engine, |name| state.metrics.destination(name));
     let destinations: Vec<String> = forwarding.declaration.iter().map(|d| d.name.clone()).collect();
     state = state.with_forwarding(forwarding);
     tracing::info!(

@@ -47,6 +47,26 @@ pub fn parameters(sql: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// One purge batch: the oldest rows of one kind (`kind`, the condition of
+/// an index on `time`, partial or the partition's) of `table` older than
+/// `$1` seconds, at most `$2` of them, found again by `key`. The clock is
+/// the database's, the same for every replica.
+///
+/// Why by kind and in time order: a batch is then a range scan of one index
+/// that reads the rows it deletes and stops; `SKIP LOCKED`, so that it
+/// never waits for a row in use.
+pub fn delete_oldest(table: &str, key: &str, kind: &str, time: &str) -> String {
+    format!(
+        "WITH doomed AS MATERIALIZED (
+             SELECT {key} FROM {table}
+             WHERE {kind} AND {time} < now() - make_interval(secs => $1::float8)
+             ORDER BY {time} LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         )
+         DELETE FROM {table} t USING doomed WHERE t.{key} = doomed.{key}"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

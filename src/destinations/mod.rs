@@ -9,7 +9,8 @@
 //! signed the Standard Webhooks way (`signer`), as one HTTP request each
 //! (`sender`), retried on the destination's schedule, in order per entity
 //! where asked (per entity, `entity`, or by a declared key, `ordering_key`), within a rate limit and behind a circuit breaker
-//! kept in the database (`state`), so every replica and the CLI agree.
+//! kept in the database, so every replica and the CLI agree. Every statement
+//! over forwarding's tables is in `store`.
 
 pub mod declaration;
 pub mod entity;
@@ -19,15 +20,14 @@ pub mod patterns;
 pub mod queue;
 pub mod sender;
 pub mod signer;
-pub mod state;
+pub mod store;
 
 pub use declaration::{Circuit, Declaration, DeclarationError, Destination, Ordering};
-pub use queue::DestinationQueue;
+pub use queue::{DestinationQueue, SendCounts};
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::monitoring::Metrics;
 use crate::queue::{Engine, Wake};
 
 /// What the service forwards with: the declaration, the HTTP client, and
@@ -50,12 +50,12 @@ impl Default for Forwarding {
 
 impl Forwarding {
     /// Runs a queue per destination of `declaration` on `engine`, sending
-    /// with `client` and counting in `metrics`.
+    /// with `client` and counting in what `metrics` gives for its name.
     pub fn start(
         declaration: Declaration,
         client: reqwest::Client,
         engine: &mut Engine,
-        metrics: &Metrics,
+        metrics: impl Fn(&str) -> Arc<dyn SendCounts>,
     ) -> Self {
         let wakes = declaration
             .iter()
@@ -63,7 +63,7 @@ impl Forwarding {
                 let queue = DestinationQueue::new(
                     destination.clone(),
                     client.clone(),
-                    Some(metrics.destination(&destination.name)),
+                    Some(metrics(&destination.name)),
                 );
                 (destination.name.clone(), engine.spawn(queue))
             })

@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Recorder};
 use metrics_exporter_prometheus::PrometheusRecorder;
-use sqlx::PgPool;
 
 use super::registry::{METADATA, Named, labelled};
+use crate::destinations::SendCounts;
+use crate::destinations::store::state::{Overview, STATES};
+use crate::queue::Status;
+
 pub(super) const ATTEMPTS: &str = "webhook_destination_attempts_total";
 pub(super) const ATTEMPT_DURATION: &str = "webhook_destination_attempt_duration_seconds";
 pub(super) const JOBS: &str = "webhook_destination_jobs";
@@ -20,10 +23,6 @@ pub(super) const RESTARTS: &str = "webhook_destination_runner_restarts_total";
 
 /// Every `outcome` label value of an attempt (`sender::Attempt::kind`).
 pub const ATTEMPT_OUTCOMES: [&str; 5] = ["sent", "http_error", "gone", "timeout", "network"];
-
-/// Every `state` label value of [`STATE`]: the gauge of the destination's
-/// current state is 1, the others 0.
-const STATES: [&str; 5] = ["running", "paused", "disabled", "circuit_open", "circuit_half_open"];
 
 /// Every `state` label value of [`STOPPED`]: the states that last until an
 /// operator resumes the destination, so how long one has lasted is worth
@@ -61,32 +60,20 @@ impl DestinationMetrics {
                 .map(|o| recorder.register_counter(&key(ATTEMPTS, Some(("outcome", o))), &METADATA))
                 .collect(),
             duration: recorder.register_histogram(&key(ATTEMPT_DURATION, None), &METADATA),
-            pending: gauge(JOBS, Some(("status", "pending"))),
-            dead: gauge(JOBS, Some(("status", "dead"))),
+            pending: gauge(JOBS, Some(("status", Status::Pending.as_str()))),
+            dead: gauge(JOBS, Some(("status", Status::Dead.as_str()))),
             oldest_pending: gauge(OLDEST_PENDING, None),
+            // The gauge of the destination's current state is 1, the others 0.
             states: STATES.iter().map(|s| gauge(STATE, Some(("state", s)))).collect(),
             stopped: STOPPED_STATES.map(|s| gauge(STOPPED, Some(("state", s)))),
             restarts: recorder.register_counter(&key(RESTARTS, None), &METADATA),
         }
     }
 
-    /// Counts an attempt whose outcome is `kind` (one of
-    /// [`ATTEMPT_OUTCOMES`]), which took `elapsed`.
-    pub fn attempted(&self, kind: &str, elapsed: Duration) {
-        let index = ATTEMPT_OUTCOMES.iter().position(|o| *o == kind).unwrap_or(ATTEMPT_OUTCOMES.len() - 1);
-        self.attempts[index].increment(1);
-        self.duration.record(elapsed.as_secs_f64());
-    }
-
-    /// Counts a panic of the destination's runner, which was started again.
-    pub fn restarted(&self) {
-        self.restarts.increment(1);
-    }
-
-    fn set(&self, row: &Row) {
+    fn set(&self, row: &Overview) {
         self.pending.set(row.pending as f64);
         self.dead.set(row.dead as f64);
-        self.oldest_pending.set(row.oldest_pending);
+        self.oldest_pending.set(row.oldest_pending_secs);
         for (gauge, state) in self.states.iter().zip(STATES) {
             gauge.set(if state == row.state { 1.0 } else { 0.0 });
         }
@@ -96,49 +83,23 @@ impl DestinationMetrics {
     }
 }
 
-/// One destination as the query reads it.
-#[derive(sqlx::FromRow)]
-pub(super) struct Row {
-    name: String,
-    pending: i64,
-    dead: i64,
-    /// Seconds since the oldest pending job was created (0: none).
-    oldest_pending: f64,
-    /// One of [`STATES`].
-    state: String,
-    /// Seconds since it was paused (0: it is not).
-    paused_seconds: f64,
-    /// Seconds since it answered 410 and was disabled (0: it is not).
-    disabled_seconds: f64,
-}
-
-/// Every destination's backlog and state, in one query over the partial
-/// indexes of pending and dead jobs.
-pub(super) async fn query(pool: &PgPool) -> sqlx::Result<Vec<Row>> {
-    sqlx::query_as(
-        "SELECT d.name,
-                (SELECT count(*) FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'pending') AS pending,
-                (SELECT count(*) FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'dead') AS dead,
-                coalesce((SELECT extract(epoch FROM now() - min(j.created_at))::float8
-                          FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'pending'), 0)
-                    AS oldest_pending,
-                CASE WHEN d.paused_at IS NOT NULL THEN 'paused'
-                     WHEN d.disabled_at IS NOT NULL THEN 'disabled'
-                     WHEN d.circuit_open_until > now() THEN 'circuit_open'
-                     WHEN d.circuit_open_until IS NOT NULL THEN 'circuit_half_open'
-                     ELSE 'running' END AS state,
-                coalesce(extract(epoch FROM now() - d.paused_at)::float8, 0) AS paused_seconds,
-                coalesce(extract(epoch FROM now() - d.disabled_at)::float8, 0) AS disabled_seconds
-         FROM destinations d",
-    )
-    .fetch_all(pool)
-    .await
-}
-
 /// Sets each destination's gauges from `rows`, registering the handles of
 /// a destination seen for the first time with `register`.
-pub(super) fn set_all(rows: &[Row], handles: impl Fn(&str) -> std::sync::Arc<DestinationMetrics>) {
+pub(super) fn set_all(rows: &[Overview], handles: impl Fn(&str) -> std::sync::Arc<DestinationMetrics>) {
     for row in rows {
         handles(&row.name).set(row);
+    }
+}
+
+impl SendCounts for DestinationMetrics {
+    /// `kind` is one of [`ATTEMPT_OUTCOMES`].
+    fn attempted(&self, kind: &str, elapsed: Duration) {
+        let index = ATTEMPT_OUTCOMES.iter().position(|o| *o == kind).unwrap_or(ATTEMPT_OUTCOMES.len() - 1);
+        self.attempts[index].increment(1);
+        self.duration.record(elapsed.as_secs_f64());
+    }
+
+    fn restarted(&self) {
+        self.restarts.increment(1);
     }
 }

@@ -18,6 +18,7 @@ use metrics::{KeyName, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use sqlx::PgPool;
 
+use crate::destinations::store::state;
 use database::DatabaseGauges;
 pub use deliveries::ProviderMetrics;
 pub use destinations::{ATTEMPT_OUTCOMES, DestinationMetrics};
@@ -134,7 +135,7 @@ impl Metrics {
         let now = Utc::now();
         self.providers.for_each(|provider| provider.refresh_silence(now));
         if self.database.refresh(pool).await {
-            match tokio::time::timeout(database::QUERY_TIMEOUT, destinations::query(pool)).await {
+            match tokio::time::timeout(database::QUERY_TIMEOUT, state::overview(pool)).await {
                 Ok(Ok(rows)) => destinations::set_all(&rows, |name| self.destination(name)),
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "metrics: destination gauges not refreshed");

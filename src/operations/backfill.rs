@@ -16,8 +16,10 @@ use sqlx::PgPool;
 use tracing::instrument;
 
 use super::age::Since;
+use crate::destinations::Declaration;
 use crate::destinations::jobs::OrderingKeys;
-use crate::destinations::{Declaration, state};
+use crate::destinations::store::jobs::{BackfillJobs, without_job};
+use crate::destinations::store::state;
 use crate::event::Payload;
 use crate::providers;
 
@@ -93,19 +95,18 @@ pub async fn backfill(
     let mut after = (since, 0_i64);
     let mut enqueued = 0;
     loop {
-        // Events that already have a job of this destination are left out:
-        // read through the jobs' unique index, event first.
-        let page: Vec<Applied> = sqlx::query_as(
+        // Events that already have a job of this destination are left out.
+        let page: Vec<Applied> = sqlx::query_as(concat!(
             "SELECT id, created_at, provider, event_id, event_type, payload::text AS payload
              FROM webhook_events AS w
              WHERE processing_status = 'PROCESSED' AND provider = ANY($1)
                AND created_at >= $2 AND created_at < $3 AND (created_at, id) > ($2, $4)
-               AND NOT EXISTS (SELECT FROM destination_jobs AS j
-                               WHERE j.event_id = w.event_id AND j.provider = w.provider
-                                 AND j.destination = $5)
+               AND ",
+            without_job!(),
+            "
              ORDER BY created_at, id
-             LIMIT $6",
-        )
+             LIMIT $6"
+        ))
         .bind(&providers)
         .bind(after.0)
         .bind(until)
@@ -116,7 +117,7 @@ pub async fn backfill(
         .await?;
         let Some(last) = page.last() else { break };
         after = (last.created_at, last.id);
-        let jobs = Jobs::of(&page, destination);
+        let jobs = jobs_of(&page, destination);
         enqueued += if dry_run { jobs.event_ids.len() as u64 } else { jobs.insert(pool, name).await? };
         if (page.len() as i64) < PAGE {
             break;
@@ -125,67 +126,28 @@ pub async fn backfill(
     Ok(Backfilled { destination: name.to_string(), enqueued, dry_run })
 }
 
-/// A page's jobs, column by column (bound as arrays).
-#[derive(Default)]
-struct Jobs {
-    ordering_keys: Vec<Option<String>>,
-    bodies: Vec<Vec<u8>>,
-    providers: Vec<String>,
-    event_ids: Vec<String>,
-    event_types: Vec<String>,
-    occurred_at: Vec<Option<DateTime<Utc>>>,
-}
-
-impl Jobs {
-    /// The jobs of the events in `page` that `destination` wants, in order.
-    /// A payload that no longer reads as an event of its provider (which an
-    /// applied one does) is skipped, and logged without its content.
-    fn of(page: &[Applied], destination: &crate::destinations::Destination) -> Jobs {
-        let mut jobs = Jobs::default();
-        for applied in page.iter().filter(|a| destination.wants(&a.provider, &a.event_type)) {
-            let format = providers::format_of(&applied.provider);
-            let read = Payload::try_from(applied.payload.clone())
-                .and_then(|payload| format.read_stored(&applied.event_id, &applied.event_type, &payload));
-            let event = match read {
-                Ok(event) => event,
-                Err(_) => {
-                    tracing::warn!(
-                        archive_id = applied.id,
-                        "backfill skips a payload that is not a valid event"
-                    );
-                    continue;
-                }
-            };
-            jobs.ordering_keys.push(OrderingKeys::new(&applied.provider, &event).of(destination));
-            jobs.bodies.push(applied.payload.clone().into_bytes());
-            jobs.providers.push(applied.provider.clone());
-            jobs.event_ids.push(applied.event_id.clone());
-            jobs.event_types.push(applied.event_type.clone());
-            jobs.occurred_at.push(event.occurred_at);
-        }
-        jobs
+/// The jobs of the events in `page` that `destination` wants, in order.
+/// A payload that no longer reads as an event of its provider (which an
+/// applied one does) is skipped, and logged without its content.
+fn jobs_of(page: &[Applied], destination: &crate::destinations::Destination) -> BackfillJobs {
+    let mut jobs = BackfillJobs::default();
+    for applied in page.iter().filter(|a| destination.wants(&a.provider, &a.event_type)) {
+        let format = providers::format_of(&applied.provider);
+        let read = Payload::try_from(applied.payload.clone())
+            .and_then(|payload| format.read_stored(&applied.event_id, &applied.event_type, &payload));
+        let event = match read {
+            Ok(event) => event,
+            Err(_) => {
+                tracing::warn!(archive_id = applied.id, "backfill skips a payload that is not a valid event");
+                continue;
+            }
+        };
+        jobs.ordering_keys.push(OrderingKeys::new(&applied.provider, &event).of(destination));
+        jobs.bodies.push(applied.payload.clone().into_bytes());
+        jobs.providers.push(applied.provider.clone());
+        jobs.event_ids.push(applied.event_id.clone());
+        jobs.event_types.push(applied.event_type.clone());
+        jobs.occurred_at.push(event.occurred_at);
     }
-
-    /// Inserts them for destination `name`; returns how many were new.
-    async fn insert(self, pool: &PgPool, name: &str) -> sqlx::Result<u64> {
-        let inserted = sqlx::query(
-            "INSERT INTO destination_jobs
-                 (destination, ordering_key, body, provider, event_id, event_type, occurred_at, backfill)
-             SELECT $1, j.ordering_key, j.body, j.provider, j.event_id, j.event_type, j.occurred_at, true
-             FROM unnest($2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
-                  WITH ORDINALITY AS j (ordering_key, body, provider, event_id, event_type, occurred_at, n)
-             ORDER BY j.n
-             ON CONFLICT ON CONSTRAINT uq_destination_jobs_event DO NOTHING",
-        )
-        .bind(name)
-        .bind(self.ordering_keys)
-        .bind(self.bodies)
-        .bind(self.providers)
-        .bind(self.event_ids)
-        .bind(self.event_types)
-        .bind(self.occurred_at)
-        .execute(pool)
-        .await?;
-        Ok(inserted.rows_affected())
-    }
+    jobs
 }

@@ -9,7 +9,9 @@ use sqlx::PgPool;
 use tracing::instrument;
 
 use crate::destinations::sender::{self, Attempt, ForwardedEvent};
-use crate::destinations::{Declaration, Destination, Ordering, state};
+use crate::destinations::store::jobs::record_test;
+use crate::destinations::store::state::{self, Overview};
+use crate::destinations::{Declaration, Destination, Ordering};
 
 /// One destination: its declaration (when this process has it) and its
 /// runtime state.
@@ -26,8 +28,8 @@ pub struct DestinationView {
     pub events: Vec<String>,
     /// `none` or `entity`.
     pub ordering: Option<Ordering>,
-    /// `running`, `paused`, `disabled` (it answered 410), `circuit_open`,
-    /// `circuit_half_open`.
+    /// One of `state::STATES`: `running`, `paused`, `disabled` (it
+    /// answered 410), `circuit_open`, `circuit_half_open`.
     pub state: String,
     /// Since when it is paused.
     pub paused_at: Option<DateTime<Utc>>,
@@ -45,40 +47,11 @@ pub struct DestinationView {
     pub dead: i64,
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    name: String,
-    state: String,
-    paused_at: Option<DateTime<Utc>>,
-    disabled_at: Option<DateTime<Utc>>,
-    consecutive_failures: i32,
-    circuit_open_until: Option<DateTime<Utc>>,
-    pending: i64,
-    oldest_pending_secs: f64,
-    dead: i64,
-}
-
 /// Every destination that is declared or has state, declared ones first in
 /// their declared order.
 #[instrument(skip_all)]
 pub async fn list(pool: &PgPool, declaration: &Declaration) -> sqlx::Result<Vec<DestinationView>> {
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT d.name,
-                CASE WHEN d.paused_at IS NOT NULL THEN 'paused'
-                     WHEN d.disabled_at IS NOT NULL THEN 'disabled'
-                     WHEN d.circuit_open_until > now() THEN 'circuit_open'
-                     WHEN d.circuit_open_until IS NOT NULL THEN 'circuit_half_open'
-                     ELSE 'running' END AS state,
-                d.paused_at, d.disabled_at, d.consecutive_failures, d.circuit_open_until,
-                (SELECT count(*) FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'pending') AS pending,
-                coalesce((SELECT extract(epoch FROM now() - min(j.created_at))::float8
-                          FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'pending'), 0)
-                    AS oldest_pending_secs,
-                (SELECT count(*) FROM destination_jobs j WHERE j.destination = d.name AND j.status = 'dead') AS dead
-         FROM destinations d ORDER BY d.name",
-    )
-    .fetch_all(pool)
-    .await?;
+    let rows = state::overview(pool).await?;
     let mut views: Vec<DestinationView> = declaration
         .iter()
         .map(|destination| {
@@ -92,7 +65,7 @@ pub async fn list(pool: &PgPool, declaration: &Declaration) -> sqlx::Result<Vec<
     Ok(views)
 }
 
-fn view(name: String, declared: Option<&Destination>, row: Option<&Row>) -> DestinationView {
+fn view(name: String, declared: Option<&Destination>, row: Option<&Overview>) -> DestinationView {
     DestinationView {
         name,
         declared: declared.is_some(),
@@ -151,27 +124,10 @@ pub struct TestResult {
     pub duration_ms: f64,
 }
 
-/// Records a test event's one attempt as a job of its own, settled at once:
-/// `sent`, or `dead` (a test is never retried; `jobs replay` sends it
-/// again). The circuit breaker does not count it: an operator's probe.
-const RECORD_TEST: &str = "
-    WITH job AS (
-        INSERT INTO destination_jobs
-            (destination, provider, event_id, event_type, occurred_at, body, status, attempts,
-             last_error, next_attempt_at, sent_at)
-        VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::text IS NULL THEN 'sent' ELSE 'dead' END, 1,
-                $7, $5, CASE WHEN $7::text IS NULL THEN now() END)
-        RETURNING id
-    )
-    INSERT INTO destination_attempts
-        (attempted_at, job_id, attempt, destination, duration_ms, status_code, error, response_body)
-    SELECT $5, id, 1, $1, $8, $9, $7, $10 FROM job
-    RETURNING job_id";
-
 /// Sends `destination` a test event now, signed and shaped like a forwarded
 /// one (provider `webhook-inbox`, type `webhook-inbox.test`), outside the
 /// queue (whether paused or not), and records it like any attempt, as a job
-/// of its own ([`RECORD_TEST`]); the answer comes back here.
+/// of its own (`store::jobs::record_test`); the answer comes back here.
 #[instrument(skip_all, fields(destination = %destination.name))]
 pub async fn send_test(
     pool: &PgPool,
@@ -193,24 +149,13 @@ pub async fn send_test(
         event_type: EVENT_TYPE,
         event_id: &event_id,
         occurred_at: Some(now),
-        body: body.clone().into(),
+        body: body.into(),
         attempt: 1,
     };
     let started = std::time::Instant::now();
-    let Attempt { status, error, body: answer, .. } = sender::send(client, destination, &event, now).await;
+    let attempt = sender::send(client, destination, &event, now).await;
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let job_id = sqlx::query_scalar(RECORD_TEST)
-        .bind(&destination.name)
-        .bind(PROVIDER)
-        .bind(&event_id)
-        .bind(EVENT_TYPE)
-        .bind(now)
-        .bind(body.as_bytes())
-        .bind(error.as_deref())
-        .bind(duration_ms)
-        .bind(status.map(|s| s as i16))
-        .bind(&answer)
-        .fetch_one(pool)
-        .await?;
+    let job_id = record_test(pool, &destination.name, &event, &attempt, duration_ms).await?;
+    let Attempt { status, error, body: answer, .. } = attempt;
     Ok(TestResult { job_id, event_id, status, error, body: answer, duration_ms })
 }

@@ -7,6 +7,8 @@
 //! Forwarding is purged on the same ages: attempts and sent jobs like
 //! archive rows, dead jobs like FAILED ones; pending jobs never.
 
+use std::sync::LazyLock;
+
 use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -14,49 +16,19 @@ use tracing::instrument;
 
 use super::age::Age;
 use crate::db::partitions::{self, DayPartitioned};
+use crate::db::statement::delete_oldest;
+use crate::destinations::store::jobs::{self, Purgeable};
 
 /// Rows deleted per statement: each batch is a short transaction that locks
 /// at most this many rows, so a purge never blocks anything for long.
 pub const BATCH_SIZE: i64 = 1000;
 
-/// One purge batch: the oldest rows of one kind (`$kind`, the condition of
-/// an index on `$time`, partial or the partition's) of `$table` older than
-/// `$1` seconds, at most `$2` of them, found again by `$key`. The clock is
-/// the database's, the same for every replica.
-///
-/// Why by kind and in time order: a batch is then a range scan of one index
-/// that reads the rows it deletes and stops. FAILED archive rows are
-/// deleted from their partition, `webhook_events_failed`, by name: through
-/// the partitioned table, the join back on `id` would look for each id in
+/// FAILED archive rows' batch ([`delete_oldest`]). They are deleted from
+/// their partition, `webhook_events_failed`, by name: through the
+/// partitioned table, the join back on `id` would look for each id in
 /// every day's partition too.
-macro_rules! delete_oldest {
-    ($table:literal, $key:literal, $kind:literal, $time:literal) => {
-        concat!(
-            "WITH doomed AS MATERIALIZED (
-                 SELECT ",
-            $key,
-            " FROM ",
-            $table,
-            "
-                 WHERE ",
-            $kind,
-            " AND ",
-            $time,
-            " < now() - make_interval(secs => $1::float8)
-                 ORDER BY ",
-            $time,
-            " LIMIT $2
-                 FOR UPDATE SKIP LOCKED
-             )
-             DELETE FROM ",
-            $table,
-            " t USING doomed WHERE t.",
-            $key,
-            " = doomed.",
-            $key
-        )
-    };
-}
+static FAILED: LazyLock<String> =
+    LazyLock::new(|| delete_oldest("webhook_events_failed", "id", "true", "created_at"));
 
 /// How old archive rows must be to be purged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,10 +109,7 @@ pub async fn purge(
     let (older_than, failed_older_than) = policy.bind_ages();
     let (days, processed_or_skipped) = drop_days(pool, partitions::ARCHIVE, older_than, stop).await?;
     let failed = match failed_older_than {
-        Some(age) if !stop.is_cancelled() => {
-            purge_kind(pool, delete_oldest!("webhook_events_failed", "id", "true", "created_at"), age, stop)
-                .await?
-        }
+        Some(age) if !stop.is_cancelled() => purge_kind(pool, FAILED.as_str(), age, stop).await?,
         _ => 0,
     };
     Ok(Purged { processed_or_skipped, days, failed })
@@ -157,21 +126,6 @@ pub struct PurgedForwarding {
     pub dead_jobs: u64,
 }
 
-/// Forwarding's jobs: (batch, count of the purgeable), whose age is the
-/// archive's (`$1` in the counts) or FAILED rows' (`$2`).
-const JOBS: [(&str, &str); 2] = [
-    (
-        delete_oldest!("destination_jobs", "id", "status = 'sent'", "sent_at"),
-        "SELECT count(*) FROM destination_jobs
-         WHERE status = 'sent' AND sent_at < now() - make_interval(secs => $1::float8)",
-    ),
-    (
-        delete_oldest!("destination_jobs", "id", "status = 'dead'", "created_at"),
-        "SELECT count(*) FROM destination_jobs
-         WHERE status = 'dead' AND created_at < now() - make_interval(secs => $2::float8)",
-    ),
-];
-
 /// Deletes forwarding's rows the policy says are old enough, as [`purge`]
 /// does the archive's: attempts by the day, jobs in batches.
 #[instrument(skip_all)]
@@ -181,14 +135,13 @@ pub async fn purge_forwarding(
     stop: &CancellationToken,
 ) -> sqlx::Result<PurgedForwarding> {
     let (older_than, failed_older_than) = policy.bind_ages();
-    let [(sent, _), (dead, _)] = JOBS;
     let (_, attempts) = drop_days(pool, partitions::ATTEMPTS, older_than, stop).await?;
     let mut purged = PurgedForwarding { attempts, ..PurgedForwarding::default() };
     if !stop.is_cancelled() {
-        purged.sent_jobs = purge_kind(pool, sent, older_than, stop).await?;
+        purged.sent_jobs = purge_kind(pool, jobs::SENT.batch.as_str(), older_than, stop).await?;
     }
     if let Some(age) = failed_older_than.filter(|_| !stop.is_cancelled()) {
-        purged.dead_jobs = purge_kind(pool, dead, age, stop).await?;
+        purged.dead_jobs = purge_kind(pool, jobs::DEAD.batch.as_str(), age, stop).await?;
     }
     Ok(purged)
 }
@@ -200,12 +153,12 @@ pub async fn count_purgeable_forwarding(
     policy: &RetentionPolicy,
 ) -> sqlx::Result<PurgedForwarding> {
     let (older_than, failed_older_than) = policy.bind_ages();
-    let mut counts = [0u64; 2];
-    for (count, (_, sql)) in counts.iter_mut().zip(JOBS) {
-        let n: i64 = sqlx::query_scalar(sql).bind(older_than).bind(failed_older_than).fetch_one(pool).await?;
-        *count = n as u64;
-    }
-    let [sent_jobs, dead_jobs] = counts;
+    let count = |kind: &'static Purgeable, age: Option<f64>| async move {
+        // A NULL age (dead jobs kept forever) makes the condition NULL: none.
+        sqlx::query_scalar::<_, i64>(kind.count.as_str()).bind(age).fetch_one(pool).await.map(|n| n as u64)
+    };
+    let sent_jobs = count(&jobs::SENT, Some(older_than)).await?;
+    let dead_jobs = count(&jobs::DEAD, failed_older_than).await?;
     let (_, attempts) = count_days(pool, partitions::ATTEMPTS, older_than).await?;
     Ok(PurgedForwarding { attempts, sent_jobs, dead_jobs })
 }

@@ -171,6 +171,12 @@ impl Status {
             Status::Dead => "dead",
         }
     }
+
+    /// The value as an SQL string literal (`'pending'`), for the statements
+    /// that name a status.
+    pub fn literal(self) -> String {
+        format!("'{}'", self.as_str())
+    }
 }
 
 impl std::str::FromStr for Status {

@@ -205,7 +205,7 @@ async fn a_410_disables_the_destination_and_its_jobs_wait_until_it_is_resumed() 
     assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::hours(1)).await, Tally::default());
     assert_eq!(app.count("SELECT count(*) FROM destination_jobs WHERE status = 'pending'").await, 1);
 
-    webhook_inbox::destinations::state::resume(app.pool(), "app").await.unwrap();
+    webhook_inbox::destinations::store::state::resume(app.pool(), "app").await.unwrap();
     assert_eq!(send_due(app.pool(), &queue, now + chrono::Duration::hours(1)).await.sent, 1);
     assert_eq!(app.count("SELECT count(*) FROM destination_jobs WHERE status = 'sent'").await, 3);
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use webhook_inbox::client;
-use webhook_inbox::destinations::{DestinationQueue, state};
+use webhook_inbox::destinations::DestinationQueue;
+use webhook_inbox::destinations::store::state;
 use webhook_inbox::operations::jobs::{self, ReplayError};
 use webhook_inbox::queue::{Engine, Tally};
 

@@ -113,6 +113,8 @@ const ERROR: [&str; 1] = ["error"];
 /// inserted dedup rows in `from`), so a duplicate never makes one. `from`
 /// names the rows to insert (`f.destination`, `f.ordering_key`), `body` the
 /// raw body and trace context, and `event` the event's provider, id, type and time.
+/// The one statement over forwarding's tables outside their owner,
+/// `destinations::store`, which says why.
 fn jobs(from: &str, body: &str, event: &str, first: &str) -> String {
     format!(
         "jobs AS (

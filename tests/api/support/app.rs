@@ -136,10 +136,12 @@ impl TestApp {
         let engine = match &config.destinations {
             Some(toml) => {
                 let declaration = Declaration::parse(toml, "test.toml", |_| None).unwrap();
-                webhook_inbox::destinations::state::declare(&state.pool, &declaration).await.unwrap();
+                webhook_inbox::destinations::store::state::declare(&state.pool, &declaration).await.unwrap();
                 let mut engine = Engine::new(state.pool.clone(), Duration::from_millis(20));
                 let forwarding = match config.send_forwards {
-                    true => Forwarding::start(declaration, client::build(), &mut engine, &state.metrics),
+                    true => Forwarding::start(declaration, client::build(), &mut engine, |name| {
+                        state.metrics.destination(name)
+                    }),
                     false => Forwarding::declared(declaration),
                 };
                 state = state.with_forwarding(forwarding);

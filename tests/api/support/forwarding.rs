@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use webhook_inbox::destinations::{Declaration, DestinationQueue, Forwarding, state};
+use webhook_inbox::destinations::store::state;
+use webhook_inbox::destinations::{Declaration, DestinationQueue, Forwarding};
 use webhook_inbox::monitoring::Metrics;
 use webhook_inbox::queue::{Engine, Tally};
 
@@ -92,12 +93,11 @@ pub async fn send_due(pool: &PgPool, queue: &Arc<DestinationQueue>, now: DateTim
 pub async fn run(pool: &PgPool, declaration: &Declaration) -> (Engine, Forwarding) {
     state::declare(pool, declaration).await.unwrap();
     let mut engine = Engine::new(pool.clone(), Duration::from_millis(20));
-    let forwarding = Forwarding::start(
-        declaration.clone(),
-        webhook_inbox::client::build(),
-        &mut engine,
-        &Metrics::new(&[]),
-    );
+    let metrics = Metrics::new(&[]);
+    let forwarding =
+        Forwarding::start(declaration.clone(), webhook_inbox::client::build(), &mut engine, |name| {
+            metrics.destination(name)
+        });
     (engine, forwarding)
 }
 
