@@ -18,7 +18,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args;
@@ -26,8 +26,10 @@ use futures_util::future::try_join_all;
 
 use crate::client::Connection;
 use crate::events::{self, Provider};
-use crate::forwarding::{Arrivals, DESTINATION_SECRET, lags, quantile, receiver, until_arrived};
-use crate::results::replace_between;
+use crate::forwarding::{
+    Arrivals, arrival_rate, declare_destination, lags, quantile, receiver, until_arrived,
+};
+use crate::results::write_between;
 use crate::service::{Binary, PADDLE_SECRET, Service};
 use crate::{LoadArgs, prepare};
 
@@ -76,15 +78,7 @@ pub async fn run(args: BackfillArgs) -> anyhow::Result<()> {
     let work = std::env::temp_dir().join(format!("wib-backfill-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let (receiver_addr, arrivals) = receiver().await?;
-    let declaration = work.join("destinations.toml");
-    std::fs::write(
-        &declaration,
-        format!(
-            "[[destinations]]\nname = \"bench\"\nurl = \"http://{receiver_addr}/webhooks/inbox\"\n\
-             secret = \"{DESTINATION_SECRET}\"\nevents = [\"paddle:*\"]\nconcurrency = {}\n",
-            args.concurrency
-        ),
-    )?;
+    let declaration = declare_destination(&work, receiver_addr, args.concurrency)?;
     let data_dir = work.join("pg");
     let mut env = vec![
         ("PADDLE_WEBHOOK_SECRET", PADDLE_SECRET.to_string()),
@@ -138,19 +132,14 @@ pub async fn run(args: BackfillArgs) -> anyhow::Result<()> {
     service.stop()?;
     std::fs::remove_dir_all(&work).ok();
     let times: Vec<SystemTime> = old.iter().map(|(_, at)| *at).collect();
-    let (first, last) = (times.iter().min().unwrap(), times.iter().max().unwrap());
-    let drain_rate = (args.events - 1) as f64 / last.duration_since(*first).unwrap_or_default().as_secs_f64();
+    let (drain_rate, _) = arrival_rate(&times);
 
     let measured = Measured { commit, date, lags, drain_rate, enqueue_time };
     let section = measured.render(&args);
     println!("{section}");
     if !args.no_write {
-        let write = |path: &Path, markers, text: &str| -> anyhow::Result<()> {
-            let updated = replace_between(&std::fs::read_to_string(path)?, markers, text, path)?;
-            Ok(std::fs::write(path, updated)?)
-        };
-        write(&args.output, SECTION, &section)?;
-        write(&args.summary, SUMMARY, &measured.summary(&args))?;
+        write_between(&args.output, SECTION, &section)?;
+        write_between(&args.summary, SUMMARY, &measured.summary(&args))?;
         eprintln!("wrote {} and {}", args.output.display(), args.summary.display());
     }
     Ok(())

@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::pgbench::psql;
-use crate::results::replace_between;
+use crate::results::write_between;
 use crate::service::{Binary, CLERK_SECRET, PADDLE_SECRET, Service};
 
 pub(crate) const ADMIN_TOKEN: &str = "console-bench-admin-token-0123456789";
@@ -366,7 +366,5 @@ pub(crate) const MARKERS: (&str, &str) = ("<!-- console:start -->", "<!-- consol
 
 /// Replaces the text between the console markers in `path`.
 fn write_section(path: &std::path::Path, markdown: &str) -> anyhow::Result<()> {
-    let updated = replace_between(&std::fs::read_to_string(path)?, MARKERS, markdown, path)?;
-    std::fs::write(path, updated)?;
-    Ok(())
+    write_between(path, MARKERS, markdown)
 }

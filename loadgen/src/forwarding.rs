@@ -40,11 +40,37 @@ use tokio::net::TcpListener;
 use crate::client::Connection;
 use crate::events::{self, Provider};
 use crate::pgbench::psql;
-use crate::results::{Spread, replace_between};
+use crate::results::{Spread, write_between};
 use crate::service::{Binary, PADDLE_SECRET, Service};
 use crate::{LoadArgs, prepare};
 
 pub(crate) const DESTINATION_SECRET: &str = "whsec_9hBNmFv3dVdZbK2sUmbJmS7k3dkqQDhW";
+
+/// Writes `work/destinations.toml`, declaring one destination `bench` that
+/// wants every Paddle event, sent to `receiver` at `concurrency`; returns
+/// its path.
+pub(crate) fn declare_destination(
+    work: &Path,
+    receiver: SocketAddr,
+    concurrency: usize,
+) -> anyhow::Result<PathBuf> {
+    let declaration = work.join("destinations.toml");
+    std::fs::write(
+        &declaration,
+        format!(
+            "[[destinations]]\nname = \"bench\"\nurl = \"http://{receiver}/webhooks/inbox\"\n\
+             secret = \"{DESTINATION_SECRET}\"\nevents = [\"paddle:*\"]\nconcurrency = {concurrency}\n"
+        ),
+    )?;
+    Ok(declaration)
+}
+
+/// Arrivals per second from the first of `times` to the last, and the last.
+pub(crate) fn arrival_rate(times: &[SystemTime]) -> (f64, SystemTime) {
+    let (first, last) = (times.iter().min().unwrap(), times.iter().max().unwrap());
+    let span = last.duration_since(*first).unwrap_or_default().as_secs_f64();
+    ((times.len() - 1) as f64 / span, *last)
+}
 
 /// How the measurement runs.
 #[derive(Debug, Args)]
@@ -222,15 +248,7 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
     let work = std::env::temp_dir().join(format!("wib-forwarding-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let (receiver_addr, arrivals) = receiver().await?;
-    let declaration = work.join("destinations.toml");
-    std::fs::write(
-        &declaration,
-        format!(
-            "[[destinations]]\nname = \"bench\"\nurl = \"http://{receiver_addr}/webhooks/inbox\"\n\
-             secret = \"{DESTINATION_SECRET}\"\nevents = [\"paddle:*\"]\nconcurrency = {}\n",
-            args.concurrency
-        ),
-    )?;
+    let declaration = declare_destination(&work, receiver_addr, args.concurrency)?;
     let conninfo = crate::service::embedded_conninfo(&work.join("pg"));
     let setting = Setting { args: &args, work: &work, conninfo, declaration };
     let (commit, date) =
@@ -261,9 +279,8 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
         setting.pause(false)?;
         until_arrived(&arrivals, args.jobs, drain_limit).await?;
         let times: Vec<SystemTime> = arrivals.take().into_iter().map(|(_, at)| at).collect();
-        let (first, last) = (times.iter().min().unwrap(), times.iter().max().unwrap());
-        let span = last.duration_since(*first).unwrap_or_default().as_secs_f64();
-        runs.rate.push((args.jobs - 1) as f64 / span);
+        let (rate, last) = arrival_rate(&times);
+        runs.rate.push(rate);
         let drained = args.jobs as f64 / last.duration_since(resumed).unwrap_or_default().as_secs_f64();
         runs.drain.push(drained / accepted);
         service.stop()?;
@@ -298,12 +315,8 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
     let section = measured.render(&args);
     println!("{section}");
     if !args.no_write {
-        let write = |path: &Path, markers, text: &str| -> anyhow::Result<()> {
-            let updated = replace_between(&std::fs::read_to_string(path)?, markers, text, path)?;
-            Ok(std::fs::write(path, updated)?)
-        };
-        write(&args.output, SECTION, &section)?;
-        write(&args.summary, SUMMARY, &measured.summary(&args))?;
+        write_between(&args.output, SECTION, &section)?;
+        write_between(&args.summary, SUMMARY, &measured.summary(&args))?;
         eprintln!("wrote {} and {}", args.output.display(), args.summary.display());
     }
     Ok(())

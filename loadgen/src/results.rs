@@ -504,9 +504,13 @@ pub fn write(path: &Path, section: &str, history: &str) -> anyhow::Result<()> {
 
 /// Replaces the performance summary between its markers in `path`.
 pub fn write_summary(path: &Path, summary: &str) -> anyhow::Result<()> {
-    let text = replace_between(&std::fs::read_to_string(path)?, SUMMARY, summary, path)?;
-    std::fs::write(path, text)?;
-    Ok(())
+    write_between(path, SUMMARY, summary)
+}
+
+/// Replaces the text between `markers` in the file at `path` with `content`.
+pub fn write_between(path: &Path, markers: (&str, &str), content: &str) -> anyhow::Result<()> {
+    let text = replace_between(&std::fs::read_to_string(path)?, markers, content, path)?;
+    Ok(std::fs::write(path, text)?)
 }
 
 fn split<'a>(

@@ -27,7 +27,7 @@ use clap::Args;
 
 use crate::bench::{command_output, commit};
 use crate::pgbench::psql;
-use crate::results::replace_between;
+use crate::results::write_between;
 use crate::service::{Binary, PADDLE_SECRET, Service};
 use archive::{apply_baseline_migrations, fill, partition_names};
 use hot_reads::explain_hot_reads;
@@ -221,9 +221,7 @@ pub async fn run(args: RetentionArgs) -> anyhow::Result<()> {
     };
     let markdown = render(&facts, &drop, &delete, &vacuum, &explained)?;
     if !args.no_write {
-        let updated =
-            replace_between(&std::fs::read_to_string(&args.output)?, MARKERS, &markdown, &args.output)?;
-        std::fs::write(&args.output, updated)?;
+        write_between(&args.output, MARKERS, &markdown)?;
     }
     println!("{markdown}");
     Ok(())

@@ -227,9 +227,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         let title =
             format!("webhook-inbox soak, {} at commit {}: every {} s", run.date, run.commit, args.interval);
         std::fs::write(&args.chart, chart::svg(&title, &samples))?;
-        let text = std::fs::read_to_string(&args.output)?;
-        let updated = crate::results::replace_between(&text, MARKERS, &markdown, &args.output)?;
-        std::fs::write(&args.output, updated)?;
+        crate::results::write_between(&args.output, MARKERS, &markdown)?;
         eprintln!("wrote {} and {}", args.output.display(), args.chart.display());
     }
     Ok(())
