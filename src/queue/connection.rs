@@ -15,10 +15,22 @@
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
 use tokio::time::Instant;
 
 use super::{Done, Queue};
+
+/// How the engine's transactions begin: with custom plans.
+///
+/// Why: a queue's table can go from empty to a backlog of hundreds of
+/// thousands of rows (a backfill, a receiver down for hours) within one
+/// connection's life. A generic plan cached while the table was small (a
+/// sequential scan, a hash join) is kept until the next `ANALYZE`, and has
+/// every step read the whole table: `loadgen backfill` saw the drain run at
+/// a fraction of its rate, and live events wait seconds, until autovacuum
+/// analyzed the table. A step serves a batch of rows, so planning its
+/// statements each time costs little.
+const BEGIN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan";
 
 /// How long before the lease ends records give up: the other processes
 /// (other replicas) read the lease on their own clocks.
@@ -59,6 +71,12 @@ impl KeptConnection {
         }
     }
 
+    /// Opens a transaction on the connection in which the queue's
+    /// statements are planned for the table as it is now ([`BEGIN`]).
+    pub async fn begin(&mut self) -> sqlx::Result<Transaction<'_, Postgres>> {
+        self.get().await?.begin_with(BEGIN).await
+    }
+
     /// Records `done` for `queue`, trying again after each failure until it
     /// is recorded or `lease_ends` (less the margin) is near; then the last
     /// error.
@@ -72,8 +90,9 @@ impl KeptConnection {
         let mut pause = FIRST_PAUSE;
         loop {
             let attempt = async {
-                let conn = self.get().await?;
-                queue.record(conn, done).await
+                let mut tx = self.begin().await?;
+                queue.record(&mut tx, done).await?;
+                tx.commit().await
             };
             let error = match tokio::time::timeout_at(until, attempt).await {
                 Ok(Ok(())) => return Ok(()),

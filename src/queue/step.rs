@@ -11,8 +11,6 @@
 //! back stay leased until their lease ends.
 
 use chrono::{DateTime, Utc};
-use sqlx::Connection;
-
 use tokio::time::Instant;
 
 use super::connection::{KeptConnection, LEASE_MARGIN};
@@ -50,7 +48,7 @@ impl<Q: Queue> Step<'_, Q> {
         lease_ends: Option<Instant>,
     ) -> sqlx::Result<Vec<Q::Row>> {
         let step = async {
-            let mut tx = kept.get().await?.begin().await?;
+            let mut tx = kept.begin().await?;
             if !self.release.is_empty() {
                 queue.release(&mut tx, self.release).await?;
             }

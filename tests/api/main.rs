@@ -42,6 +42,7 @@ mod payload_search;
 mod prometheus;
 mod providers;
 mod purge;
+mod queue_plans;
 mod queue_supervision;
 mod reconcile;
 mod reconcile_github;
