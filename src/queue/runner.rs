@@ -2,8 +2,10 @@
 //! capacity, started from rows claimed ahead as slots free, and a step
 //! (`step.rs`) whenever sends ended, rows must go back, or there is room and
 //! something may be due (after a send ends, when woken, or every poll
-//! interval). `serve` runs it in the background until shutdown; tests run
-//! the same loop at a time they choose, until idle.
+//! interval). Sends go on while a step runs: a slot that frees meanwhile is
+//! refilled from the rows claimed ahead, and the next step records what
+//! ended. `serve` runs it in the background until shutdown; tests run the
+//! same loop at a time they choose, until idle.
 //!
 //! Why continuous rather than rounds: a send that hangs until its timeout
 //! (a receiver that stopped answering) must not hold up the other rows of
@@ -229,6 +231,9 @@ async fn run<Q: Queue>(
     let mut waiting: VecDeque<Waiting<Q::Row>> = VecDeque::new();
     let mut done: Vec<Done<Q::Row, Q::Attempt>> = Vec::new();
     let mut release: Vec<Q::Row> = Vec::new();
+    // What ends, and what waited too long, while a step runs.
+    let mut ended: Vec<Done<Q::Row, Q::Attempt>> = Vec::new();
+    let mut late: Vec<Q::Row> = Vec::new();
     let mut tally = Tally::default();
     let mut claim_failed = None;
     let mut may_be_due = true;
@@ -260,7 +265,29 @@ async fn run<Q: Queue>(
                 claim: claim.then_some(Claim { now, lease_until, limit }),
             };
             let records_end = done.iter().map(|d| d.lease_ends).min();
-            let stepped = step.run(&mut *connection.lock().await, &**queue, records_end).await;
+            let stepped = {
+                let mut kept = connection.lock().await;
+                let step = step.run(&mut kept, &**queue, records_end);
+                tokio::pin!(step);
+                // While the step runs (a transaction: round trips and a commit),
+                // sends go on: one that ends is joined and its slot refilled from
+                // the rows waiting, so the step's time is not every slot's idle
+                // time. What ends now is recorded by the next step. After a
+                // failed send nothing more starts: the next turn gives the
+                // waiting rows back, as above.
+                loop {
+                    tokio::select! {
+                        biased;
+                        stepped = &mut step => break stepped,
+                        Some(finished) = in_flight.join_next(), if !in_flight.is_empty() => {
+                            joined(&**queue, finished, &mut tally, &mut ended);
+                            if !ended.iter().any(|d| d.error().is_some()) {
+                                start(queue, &mut in_flight, &mut tally, &mut waiting, &mut late, now);
+                            }
+                        }
+                    }
+                }
+            };
             match stepped {
                 Ok(rows) => {
                     // A full claim may have left more behind.
@@ -296,7 +323,15 @@ async fn run<Q: Queue>(
             }
             done.clear();
             release.clear();
-            start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now);
+            done.append(&mut ended);
+            release.append(&mut late);
+            if !done.iter().any(|d| d.error().is_some()) {
+                start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now);
+            }
+        }
+        if !done.is_empty() || !release.is_empty() {
+            // Sends ended while the step ran: the next step records them now.
+            continue;
         }
         if in_flight.is_empty()
             && waiting.is_empty()
@@ -317,17 +352,28 @@ async fn run<Q: Queue>(
         may_be_due = true;
         let Some(first) = finished else { continue };
         for finished in std::iter::once(first).chain(std::iter::from_fn(|| in_flight.try_join_next())) {
-            match finished {
-                Ok(finished) => {
-                    tally.count(finished.verdict);
-                    done.push(finished);
-                }
-                // Its row stays leased, and is sent again once the lease expires.
-                Err(error) => tracing::error!(queue = queue.name(), %error, "a send panicked"),
-            }
+            joined(&**queue, finished, &mut tally, &mut done);
         }
     }
     (tally, claim_failed)
+}
+
+/// Counts a send that ended and keeps it in `done` to record. A send that
+/// panicked is logged: its row stays leased, and is sent again once the
+/// lease expires.
+fn joined<Q: Queue>(
+    queue: &Q,
+    finished: Result<Done<Q::Row, Q::Attempt>, tokio::task::JoinError>,
+    tally: &mut Tally,
+    done: &mut Vec<Done<Q::Row, Q::Attempt>>,
+) {
+    match finished {
+        Ok(finished) => {
+            tally.count(finished.verdict);
+            done.push(finished);
+        }
+        Err(error) => tracing::error!(queue = queue.name(), %error, "a send panicked"),
+    }
 }
 
 /// Puts a claimed row in line: behind the others, but ahead of the rows
