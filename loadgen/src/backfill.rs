@@ -18,7 +18,6 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args;
@@ -29,7 +28,7 @@ use crate::events::{self, Provider};
 use crate::forwarding::{
     Arrivals, arrival_rate, declare_destination, lags, quantile, receiver, until_arrived,
 };
-use crate::results::write_between;
+use crate::results::Written;
 use crate::service::{Binary, PADDLE_SECRET, Service};
 use crate::{LoadArgs, prepare};
 
@@ -53,15 +52,8 @@ pub struct BackfillArgs {
     /// Approximate JSON body size.
     #[arg(long, default_value_t = 2500)]
     payload_bytes: usize,
-    /// Markdown file whose backfill section is replaced.
-    #[arg(long, default_value = "bench/RESULTS.md")]
-    output: PathBuf,
-    /// Markdown file whose backfill summary is replaced.
-    #[arg(long, default_value = "docs/performance.md")]
-    summary: PathBuf,
-    /// Print the results and change no file.
-    #[arg(long)]
-    no_write: bool,
+    #[command(flatten)]
+    written: Written,
 }
 
 pub(crate) const SECTION: (&str, &str) = ("<!-- backfill:start -->", "<!-- backfill:end -->");
@@ -137,11 +129,7 @@ pub async fn run(args: BackfillArgs) -> anyhow::Result<()> {
     let measured = Measured { commit, date, lags, drain_rate, enqueue_time };
     let section = measured.render(&args);
     println!("{section}");
-    if !args.no_write {
-        write_between(&args.output, SECTION, &section)?;
-        write_between(&args.summary, SUMMARY, &measured.summary(&args))?;
-        eprintln!("wrote {} and {}", args.output.display(), args.summary.display());
-    }
+    args.written.write([SECTION, SUMMARY], &section, &measured.summary(&args))?;
     Ok(())
 }
 

@@ -40,7 +40,7 @@ use tokio::net::TcpListener;
 use crate::client::Connection;
 use crate::events::{self, Provider};
 use crate::pgbench::psql;
-use crate::results::{Spread, write_between};
+use crate::results::{Spread, Written};
 use crate::service::{Binary, PADDLE_SECRET, Service};
 use crate::{LoadArgs, prepare};
 
@@ -104,15 +104,8 @@ pub struct ForwardingArgs {
     /// Approximate JSON body size.
     #[arg(long, default_value_t = 2500)]
     payload_bytes: usize,
-    /// Markdown file whose forwarding section is replaced.
-    #[arg(long, default_value = "bench/RESULTS.md")]
-    output: PathBuf,
-    /// Markdown file whose forwarding summary is replaced.
-    #[arg(long, default_value = "docs/performance.md")]
-    summary: PathBuf,
-    /// Print the results and change no file.
-    #[arg(long)]
-    no_write: bool,
+    #[command(flatten)]
+    written: Written,
 }
 
 /// What the receiver saw: each event's arrival, wall clock.
@@ -314,11 +307,7 @@ pub async fn run(args: ForwardingArgs) -> anyhow::Result<()> {
     let measured = Measured { commit, date, runs, lags, peak_rss_kib };
     let section = measured.render(&args);
     println!("{section}");
-    if !args.no_write {
-        write_between(&args.output, SECTION, &section)?;
-        write_between(&args.summary, SUMMARY, &measured.summary(&args))?;
-        eprintln!("wrote {} and {}", args.output.display(), args.summary.display());
-    }
+    args.written.write([SECTION, SUMMARY], &section, &measured.summary(&args))?;
     Ok(())
 }
 

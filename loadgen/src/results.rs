@@ -3,7 +3,7 @@
 //! markers so that a rerun replaces exactly what it measured.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::cpu::Usage;
 use crate::pgbench::Ceiling;
@@ -505,6 +505,35 @@ pub fn write(path: &Path, section: &str, history: &str) -> anyhow::Result<()> {
 /// Replaces the performance summary between its markers in `path`.
 pub fn write_summary(path: &Path, summary: &str) -> anyhow::Result<()> {
     write_between(path, SUMMARY, summary)
+}
+
+/// Where a measurement writes its section and its summary.
+#[derive(Debug, clap::Args)]
+pub struct Written {
+    /// Markdown file whose section is replaced.
+    #[arg(long, default_value = "bench/RESULTS.md")]
+    output: PathBuf,
+    /// Markdown file whose summary is replaced.
+    #[arg(long, default_value = "docs/performance.md")]
+    summary: PathBuf,
+    /// Print the results and change no file.
+    #[arg(long)]
+    no_write: bool,
+}
+
+impl Written {
+    /// Replaces the text between `markers.0` in the output with `section`
+    /// and between `markers.1` in the summary with `summary`, unless
+    /// `--no-write`.
+    pub fn write(&self, markers: [(&str, &str); 2], section: &str, summary: &str) -> anyhow::Result<()> {
+        if self.no_write {
+            return Ok(());
+        }
+        write_between(&self.output, markers[0], section)?;
+        write_between(&self.summary, markers[1], summary)?;
+        eprintln!("wrote {} and {}", self.output.display(), self.summary.display());
+        Ok(())
+    }
 }
 
 /// Replaces the text between `markers` in the file at `path` with `content`.
