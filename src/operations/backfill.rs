@@ -12,7 +12,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::{AssertSqlSafe, PgPool};
 use tracing::instrument;
 
 use super::age::Since;
@@ -91,6 +91,7 @@ pub async fn backfill(
     }
     // Its queue's row, for a destination declared but never served yet.
     state::declare(pool, declaration).await?;
+    analyze_changed_partitions(pool).await?;
     let providers: Vec<&str> = destination.events.iter().map(|pattern| pattern.provider()).collect();
     let mut after = (since, 0_i64);
     let mut enqueued = 0;
@@ -124,6 +125,32 @@ pub async fn backfill(
         }
     }
     Ok(Backfilled { destination: name.to_string(), enqueued, dry_run })
+}
+
+/// Brings the statistics of the archive's partitions that changed much
+/// since they were last analyzed up to date.
+///
+/// Why: each page is read in `(created_at, id)` order under a `LIMIT`,
+/// cheap only while PostgreSQL knows how many rows a day's partition holds.
+/// Today's, filled since autovacuum last looked at it, can claim to be
+/// empty; the planner then reads and sorts the whole rest of the range for
+/// every page (seen by `loadgen backfill`: 74 s to enqueue 100,000 events
+/// that took 13 s once the partition was analyzed). ANALYZE samples a
+/// bounded number of rows, so a few partitions cost well under a second
+/// each.
+async fn analyze_changed_partitions(pool: &PgPool) -> sqlx::Result<()> {
+    let changed: Vec<String> = sqlx::query_scalar(
+        "SELECT format('%I.%I', s.schemaname, s.relname)
+         FROM pg_partition_tree('webhook_events') AS t
+         JOIN pg_stat_user_tables AS s ON s.relid = t.relid
+         WHERE t.isleaf AND s.n_mod_since_analyze > 0.1 * greatest(s.n_live_tup, 1000)",
+    )
+    .fetch_all(pool)
+    .await?;
+    for partition in changed {
+        sqlx::raw_sql(AssertSqlSafe(format!("ANALYZE {partition}"))).execute(pool).await?;
+    }
+    Ok(())
 }
 
 /// The jobs of the events in `page` that `destination` wants, in order.
