@@ -249,7 +249,7 @@ async fn run<Q: Queue>(
         if stopped() || done.iter().any(|d| d.error().is_some()) {
             release.extend(waiting.drain(..).map(|w| w.row));
         }
-        start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now());
+        start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now(), Line::ALL);
         let room = queue.capacity().saturating_sub(in_flight.len());
         let limit = (room + queue.ahead()).saturating_sub(waiting.len());
         let claim = may_be_due && limit > 0 && !stopped() && claim_failed.is_none();
@@ -273,16 +273,19 @@ async fn run<Q: Queue>(
                 // sends go on: one that ends is joined and its slot refilled from
                 // the rows waiting, so the step's time is not every slot's idle
                 // time. What ends now is recorded by the next step. After a
-                // failed send nothing more starts: the next turn gives the
-                // waiting rows back, as above.
+                // failed send, or once stopping, nothing more starts: the next
+                // turn gives the waiting rows back, as above. While the step
+                // claims, rows that yield wait for it: the live rows it may
+                // return go first.
                 loop {
                     tokio::select! {
                         biased;
                         stepped = &mut step => break stepped,
                         Some(finished) = in_flight.join_next(), if !in_flight.is_empty() => {
                             joined(&**queue, finished, &mut tally, &mut ended);
-                            if !ended.iter().any(|d| d.error().is_some()) {
-                                start(queue, &mut in_flight, &mut tally, &mut waiting, &mut late, now);
+                            if !stopped() && !ended.iter().any(|d| d.error().is_some()) {
+                                let line = Line { yielding: !claim };
+                                start(queue, &mut in_flight, &mut tally, &mut waiting, &mut late, now, line);
                             }
                         }
                     }
@@ -325,8 +328,8 @@ async fn run<Q: Queue>(
             release.clear();
             done.append(&mut ended);
             release.append(&mut late);
-            if !done.iter().any(|d| d.error().is_some()) {
-                start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now);
+            if !stopped() && !done.iter().any(|d| d.error().is_some()) {
+                start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now, Line::ALL);
             }
         }
         if !done.is_empty() || !release.is_empty() {
@@ -388,8 +391,21 @@ fn wait<R: ClaimedRow>(waiting: &mut VecDeque<Waiting<R>>, row: Waiting<R>) {
     waiting.insert(at, row);
 }
 
-/// Starts waiting rows, in line ([`wait`]), while `queue` has
-/// free slots; a row that waited too long to start goes to `release`.
+/// Which of the waiting rows may start.
+#[derive(Clone, Copy)]
+struct Line {
+    /// Whether rows that yield ([`ClaimedRow::yields`]) may.
+    yielding: bool,
+}
+
+impl Line {
+    /// Every row.
+    const ALL: Line = Line { yielding: true };
+}
+
+/// Starts waiting rows, in line ([`wait`]) and as `line` allows, while
+/// `queue` has free slots; a row that waited too long to start goes to
+/// `release`.
 fn start<Q: Queue>(
     queue: &Arc<Q>,
     in_flight: &mut JoinSet<Done<Q::Row, Q::Attempt>>,
@@ -397,8 +413,12 @@ fn start<Q: Queue>(
     waiting: &mut VecDeque<Waiting<Q::Row>>,
     release: &mut Vec<Q::Row>,
     now: DateTime<Utc>,
+    line: Line,
 ) {
     while in_flight.len() < queue.capacity() {
+        if !line.yielding && waiting.front().is_some_and(|w| w.row.yields()) {
+            break;
+        }
         let Some(Waiting { row, lease_ends, start_by }) = waiting.pop_front() else { break };
         if tokio::time::Instant::now() > start_by {
             release.push(row);
