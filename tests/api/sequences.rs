@@ -133,8 +133,11 @@ async fn a_user_created_updated_and_deleted_ten_times_over_at_once_ends_deleted_
             .await
             .unwrap();
     assert_eq!(user, (None, None, None, true));
-    // The welcome was never enqueued (deletion first) or was given up.
-    assert_eq!(app.count("SELECT count(*) FROM outbox WHERE status <> 'dead'").await, 0);
+    // The welcome was never enqueued (deletion first), or given up by the
+    // deletion, or enqueued by a `user.created` that raced the deletion
+    // (its statement did not see it) and given up by the outbox, which
+    // finds no address to send to (`users::WELCOME` says why).
     assert_eq!(deliver_outbox([&app.state.pool, &replica_state.pool], &smtp).await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM outbox WHERE status <> 'dead'").await, 0);
     assert!(smtp.messages().is_empty());
 }
