@@ -15,6 +15,23 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// What the service says it is, on every request.
 pub const USER_AGENT: &str = concat!("webhook-inbox/", env!("CARGO_PKG_VERSION"));
 
+/// The settings both clients are built with, applied to either builder
+/// (reqwest's async and blocking builders are different types with the
+/// same methods), so the policy [`build`] documents is written once.
+macro_rules! configured {
+    ($builder:expr) => {
+        $builder
+            .use_preconfigured_tls(tls())
+            .user_agent(USER_AGENT)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .build()
+            .expect("a client with a rustls configuration builds")
+    };
+}
+
 /// A client for everything the service calls: rustls with the Mozilla roots
 /// compiled in (no dependency on the host's certificate store, the same
 /// roots as the SMTP client's), HTTP/1.1, no proxy from the environment, and
@@ -25,15 +42,7 @@ pub const USER_AGENT: &str = concat!("webhook-inbox/", env!("CARGO_PKG_VERSION")
 /// payload to whoever the redirect names; it counts as a failed attempt
 /// whose status the operator sees.
 pub fn build() -> reqwest::Client {
-    reqwest::Client::builder()
-        .use_preconfigured_tls(tls())
-        .user_agent(USER_AGENT)
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .pool_idle_timeout(IDLE_TIMEOUT)
-        .build()
-        .expect("a client with a rustls configuration builds")
+    configured!(reqwest::Client::builder())
 }
 
 /// [`build`]'s blocking twin, for the trace exporter, which sends from a
@@ -41,19 +50,9 @@ pub fn build() -> reqwest::Client {
 pub fn build_blocking() -> reqwest::blocking::Client {
     // A blocking client runs a runtime of its own, which must be neither
     // built nor dropped on an async runtime's thread.
-    std::thread::spawn(|| {
-        reqwest::blocking::Client::builder()
-            .use_preconfigured_tls(tls())
-            .user_agent(USER_AGENT)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_idle_timeout(IDLE_TIMEOUT)
-            .build()
-            .expect("a client with a rustls configuration builds")
-    })
-    .join()
-    .expect("building a client does not panic")
+    std::thread::spawn(|| configured!(reqwest::blocking::Client::builder()))
+        .join()
+        .expect("building a client does not panic")
 }
 
 /// rustls with the Mozilla roots compiled in.
