@@ -8,17 +8,22 @@
 //! worker checks one that sat idle long, and runs a delivery whose first
 //! statement found its connection broken once more on a fresh one.
 //!
-//! Why two lanes: deliveries of events without side effects are only
-//! recorded, one short statement each. Their lane has few workers, so that
-//! deliveries queue behind them and are recorded together
-//! ([`record_together`]): under load far fewer commits than deliveries.
-//! Deliveries with side effects may wait on another one's locks (up to
-//! `lock_timeout`), so their lane has many workers, and those waits never
-//! hold up the recording lane; when more of them wait than workers are
-//! free, a worker applies several with one statement ([`apply_together`]),
-//! taking only what the other idle workers could not (see [`next`]). In
-//! both lanes a batch never waits to fill, and a delivery alone waits for
-//! nothing. Both are measured in bench/RESULTS.md.
+//! Why a worker runs all that waits: in each lane one worker runs at a
+//! time ([`RUNNING_PER_LANE`]); deliveries that arrive while it runs wait,
+//! and its next turn runs all of them with one statement
+//! ([`record_together`], [`apply_together`]) and one commit (group commit).
+//! Under load that costs the database far less per delivery than a
+//! transaction each on many connections at once (bench/RESULTS.md); a
+//! delivery that finds the worker idle runs at once, alone.
+//!
+//! Why a lane has more workers than run at once: a delivery may wait on
+//! another transaction's locks (up to `lock_timeout`). A worker that has
+//! run past [`STALLED_AFTER`] stops counting as running and the next one
+//! starts, so a lock wait holds up nothing behind it. Two lanes, because
+//! deliveries with side effects hold locks and wait on them far more often
+//! than deliveries that are only recorded (one short statement): their lane
+//! has a worker per pool connection left, the recording lane
+//! [`RECORDERS`], and a wait in one never holds up the other.
 //!
 //! And since a delivery runs in a worker, not in the request, a client that
 //! disconnects cannot cancel it half way; shutdown closes the queues and
@@ -27,13 +32,13 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, Semaphore, SemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span};
@@ -47,13 +52,26 @@ use super::{
 /// for readiness, metrics, the archive's upkeep and the admin API.
 pub const RESERVED_CONNECTIONS: u32 = 3;
 
-/// Workers of the recording lane. Few, so that deliveries queue behind them
-/// and are recorded together.
+/// Workers of the recording lane: the one running and one to start when
+/// it stalls.
 pub const RECORDERS: u32 = 2;
 
 /// The smallest pool the workers run on: the reserved connections, the
 /// recorders, and one worker for deliveries with side effects.
 pub const MIN_POOL_SIZE: u32 = RESERVED_CONNECTIONS + RECORDERS + 1;
+
+/// Workers of a lane that run at once, stalled ones aside. One: on the
+/// benchmark's machine, one worker running all that waits beat two and
+/// eleven at once, with and without side effects, at 8 and at 30 clients,
+/// in deliveries per second and in PostgreSQL's CPU per delivery (issue
+/// 24; the rows are in bench/RESULTS.md). One running transaction per lane
+/// also never contends for rows with another of its replica.
+pub const RUNNING_PER_LANE: usize = 1;
+
+/// How long a worker runs before it stops counting as running, so another
+/// may start: far longer than a batch takes (a few milliseconds), far
+/// shorter than a lock wait may last (`lock_timeout`).
+pub const STALLED_AFTER: Duration = Duration::from_millis(50);
 
 /// Deliveries waiting in a lane at most; more are answered 503 at once.
 const QUEUE_CAPACITY: usize = 1024;
@@ -83,9 +101,10 @@ pub struct Workers {
 impl Workers {
     /// Starts [`RECORDERS`] recording workers and, for deliveries with
     /// effects, one worker per remaining pool connection but
-    /// [`RESERVED_CONNECTIONS`] (at least one). Workers take their
-    /// connection on their first delivery. `fallbacks` counts the batches,
-    /// of either lane, run one at a time after they failed together.
+    /// [`RESERVED_CONNECTIONS`] (at least one); in each lane
+    /// [`RUNNING_PER_LANE`] run at once. Workers take their connection on
+    /// their first delivery. `fallbacks` counts the batches, of either
+    /// lane, run one at a time after they failed together.
     pub fn start(pool: PgPool, fallbacks: metrics::Counter) -> Self {
         let appliers =
             pool.options().get_max_connections().saturating_sub(RESERVED_CONNECTIONS + RECORDERS).max(1);
@@ -120,9 +139,6 @@ impl Workers {
 trait Kind: Sized + Send + Sync + 'static {
     /// Most deliveries a worker takes at once.
     const BATCH: usize;
-    /// Whether a worker leaves to the idle workers what they could start at
-    /// once, and batches only the rest (see [`next`]).
-    const LEAVES_TO_IDLE: bool;
     /// What the lane's work needs besides the connection.
     type State: Send + Sync + 'static;
 
@@ -136,9 +152,6 @@ trait Kind: Sized + Send + Sync + 'static {
 
 impl Kind for ToRecord {
     const BATCH: usize = 64;
-    /// No: its few workers are there to batch, and one short statement for
-    /// all that wait costs less than one each (bench/RESULTS.md).
-    const LEAVES_TO_IDLE: bool = false;
     type State = metrics::Counter;
 
     /// Alone, in its request's span; several, in one statement.
@@ -159,9 +172,6 @@ impl Kind for ToApply {
     /// Fewer than the recording lane's: a batch holds the row locks of
     /// all its effects until its one commit.
     const BATCH: usize = 32;
-    /// Yes: a delivery on a connection of its own finishes sooner than in a
-    /// statement shared with others (issue 24's pgbench measurements).
-    const LEAVES_TO_IDLE: bool = true;
     type State = metrics::Counter;
 
     /// Alone, in its request's span; several, in one statement per effect.
@@ -215,9 +225,10 @@ impl<K: Kind> Clone for Lane<K> {
 
 struct Shared<K: Kind> {
     receiver: Mutex<mpsc::Receiver<Queued<K>>>,
-    /// Workers waiting for a delivery: a worker takes more than one only
-    /// when more are queued than these could take.
-    idle: AtomicUsize,
+    /// One permit per worker that may run at once: a worker takes one
+    /// before it takes deliveries, and gives it back when it is done or
+    /// has run past [`STALLED_AFTER`].
+    running: Semaphore,
     pool: PgPool,
     state: K::State,
     /// How long a delivery may wait for a worker to take it: the pool's
@@ -235,11 +246,12 @@ impl<K: Kind> Shared<K> {
 }
 
 impl<K: Kind> Lane<K> {
+    /// Starts `workers` workers, [`RUNNING_PER_LANE`] of which run at once.
     fn start(pool: &PgPool, workers: u32, state: K::State) -> Self {
         let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let shared = Arc::new(Shared {
             receiver: Mutex::new(receiver),
-            idle: AtomicUsize::new(0),
+            running: Semaphore::new(RUNNING_PER_LANE),
             pool: pool.clone(),
             state,
             max_wait: pool.options().get_acquire_timeout(),
@@ -280,18 +292,54 @@ impl<K: Kind> Lane<K> {
 /// database restart or failover with nothing in flight costs no 503.
 async fn work<K: Kind>(shared: Arc<Shared<K>>) {
     let mut held: Option<Held> = None;
-    while let Some(jobs) = next(&shared).await {
+    // Kept from one batch to the next unless the batch stalled, so the
+    // lane's work stays on the same connection (and server process).
+    let mut running: Option<SemaphorePermit> = None;
+    loop {
+        let permit = match running.take() {
+            Some(permit) => permit,
+            // Never closed, so never an error.
+            None => match shared.running.acquire().await {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+        };
+        let Some(jobs) = next(&shared).await else { return };
         let due: Vec<Queued<K>> = jobs.into_iter().filter(Queued::take).collect();
         if due.is_empty() {
+            running = Some(permit);
             continue;
         }
         let deadline = tokio::time::Instant::now() + JOB_DEADLINE;
-        let stale = run_on(&shared, &mut held, due, deadline, true).await;
-        if !stale.is_empty() {
-            tracing::info!(deliveries = stale.len(), "connection found broken: running again on a fresh one");
-            run_on(&shared, &mut held, stale, deadline, false).await;
-        }
+        let run = async {
+            let stale = run_on(&shared, &mut held, due, deadline, true).await;
+            if !stale.is_empty() {
+                tracing::info!(
+                    deliveries = stale.len(),
+                    "connection found broken: running again on a fresh one"
+                );
+                run_on(&shared, &mut held, stale, deadline, false).await;
+            }
+        };
+        running = until_stalled(permit, run).await;
     }
+}
+
+/// Runs `work` holding `running`, and gives it back after, unless `work`
+/// ran past [`STALLED_AFTER`] (it waits on a lock, or on a database that
+/// stopped answering): then `running` went back to the lane at that
+/// moment, so that the next worker need not wait for this one.
+async fn until_stalled<'a>(
+    running: SemaphorePermit<'a>,
+    work: impl Future<Output = ()>,
+) -> Option<SemaphorePermit<'a>> {
+    let mut work = std::pin::pin!(work);
+    if tokio::time::timeout(STALLED_AFTER, &mut work).await.is_ok() {
+        return Some(running);
+    }
+    drop(running);
+    work.await;
+    None
 }
 
 /// A worker's connection: taken from the pool on first use, after a
@@ -399,11 +447,9 @@ async fn answer<K: Kind>(
 }
 
 /// The next jobs: waits for one, then takes, without waiting, what else
-/// is queued (up to the lane's batch), but, in a lane that
-/// [`Kind::LEAVES_TO_IDLE`], only what the other idle workers could not
-/// take: a batch never waits to fill. `None` once the queue is closed and empty.
+/// is queued, up to the lane's batch: a batch never waits to fill. `None`
+/// once the queue is closed and empty.
 async fn next<K: Kind>(shared: &Shared<K>) -> Option<Vec<Queued<K>>> {
-    shared.idle.fetch_add(1, Ordering::AcqRel);
     let mut receiver = shared.receiver.lock().await;
     let first = tokio::select! {
         biased;
@@ -413,15 +459,8 @@ async fn next<K: Kind>(shared: &Shared<K>) -> Option<Vec<Queued<K>>> {
             receiver.recv().await
         }
     };
-    let idle = shared.idle.fetch_sub(1, Ordering::AcqRel) - 1;
     let mut jobs = vec![first?];
-    let queued = receiver.len();
-    let more = match K::LEAVES_TO_IDLE {
-        true => queued.saturating_sub(idle),
-        false => queued,
-    };
-    let more = more.min(K::BATCH - 1);
-    for _ in 0..more {
+    while jobs.len() < K::BATCH {
         match receiver.try_recv() {
             Ok(job) => jobs.push(job),
             Err(_) => break,

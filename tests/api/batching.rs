@@ -13,7 +13,7 @@ use crate::support::watch::{Gate, until, waiting_on};
 use crate::support::*;
 
 /// A delivery of event `id` with a raw `payload`.
-fn delivery(id: &str, payload: &str) -> Delivery {
+pub fn delivery(id: &str, payload: &str) -> Delivery {
     Delivery {
         provider: "paddle".into(),
         event: Event::new(id.into(), "transaction.updated".into()),
@@ -25,7 +25,7 @@ fn delivery(id: &str, payload: &str) -> Delivery {
 }
 
 /// `delivery` on the recording lane (its type has no side effects).
-fn to_record(delivery: Delivery) -> ToRecord {
+pub fn to_record(delivery: Delivery) -> ToRecord {
     match RoutingTable::default().route(delivery) {
         Routed::Record(delivery) => delivery,
         Routed::Apply(_) => unreachable!("no effects"),

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
@@ -14,6 +15,7 @@ use webhook_inbox::inbox::{
 use webhook_inbox::providers;
 
 use crate::availability::{hold_dedup_row, until_a_delivery_waits_on_the_lock};
+use crate::batching::{delivery, to_record};
 use crate::support::events::subscription;
 use crate::support::*;
 
@@ -253,4 +255,47 @@ async fn deliveries_waiting_for_the_only_busy_worker_are_applied_together_once_i
     assert_eq!(outcomes(&answers), ["processed"; 5]);
     assert_eq!(transactions_of(&app, &events).await, 1);
     assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 6);
+}
+
+/// In either lane: a delivery of `evt_first`, made by `routed`, waits on
+/// a lock its event's dedup row holds, past the workers' `STALLED_AFTER`; five other
+/// deliveries that arrive behind it must be answered meanwhile, and it once
+/// the lock is let go. Returns each one's outcome, the first's last.
+async fn behind_a_lock_wait(routed: impl Fn(&str) -> Routed) -> Vec<&'static str> {
+    // The default pool: more workers in each lane than run at once.
+    let app =
+        TestApp::spawn_with(TestConfig { lock_timeout: Duration::from_secs(60), ..TestConfig::default() })
+            .await;
+    let mut holder = hold_dedup_row(&app, "evt_first").await;
+    let workers = app.state.workers.clone();
+    let first = routed("evt_first");
+    let mut first = tokio::spawn(async move { workers.deliver(first).await });
+    until_a_delivery_waits_on_the_lock(&app).await;
+
+    let events = ["evt_1", "evt_2", "evt_3", "evt_4", "evt_5"];
+    let behind = events.iter().map(|event| app.state.workers.deliver(routed(event)));
+    let mut answers = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(behind))
+        .await
+        .expect("the deliveries behind a lock wait were answered before it ended");
+    assert!(queue(&mut first).await, "the first delivery still waits on the lock");
+
+    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await.unwrap();
+    answers.push(first.await.unwrap());
+    outcomes(&answers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_with_effects_waiting_on_a_lock_does_not_hold_up_the_deliveries_behind_it() {
+    let routing = routing();
+    let outcomes = behind_a_lock_wait(|event| {
+        Routed::Apply(to_apply(&routing, &subscription_created(event, &format!("sub_of_{event}"))))
+    })
+    .await;
+    assert_eq!(outcomes, ["processed"; 6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_without_effects_waiting_on_a_lock_does_not_hold_up_the_deliveries_behind_it() {
+    let outcomes = behind_a_lock_wait(|event| Routed::Record(to_record(delivery(event, "{}")))).await;
+    assert_eq!(outcomes, ["processed"; 6]);
 }
