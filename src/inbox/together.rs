@@ -24,16 +24,23 @@ pub(super) trait Alone: Sync {
 /// The answers of a batch so far, by position.
 pub(super) type Answers = Vec<Option<Result<Recorded, InboxError>>>;
 
-/// The positions of the deliveries that may be written by one statement:
-/// the first of each event. A second delivery of an event in the same
-/// batch runs alone afterwards (and finds the first committed).
-pub(super) fn first_of_each_event<T: Alone>(deliveries: &[&T]) -> Vec<usize> {
+/// The positions of the deliveries the next statement may write together:
+/// of each event, its first delivery not yet answered, unless that one was
+/// left to run `alone` (then its event's later copies wait for it too). So
+/// no two share an event, and copies of an event are written in the order
+/// they came: the first applies it, the later ones find it committed. Why
+/// rounds rather than the first copies only: in a replay storm most of a
+/// batch is copies of a few events, and each round writes a copy of each
+/// with one statement, where running the copies alone costs one each.
+pub(super) fn next_round<T: Alone>(deliveries: &[&T], answers: &Answers, alone: &[bool]) -> Vec<usize> {
     let mut keys = HashSet::new();
     (0..deliveries.len())
+        .filter(|&i| answers[i].is_none())
         .filter(|&i| {
             let delivery = deliveries[i].delivery();
             keys.insert((delivery.provider.as_str(), delivery.event.id.as_str()))
         })
+        .filter(|&i| !alone[i])
         .collect()
 }
 

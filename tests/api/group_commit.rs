@@ -170,6 +170,28 @@ async fn two_copies_of_one_event_in_a_batch_apply_it_once_and_the_second_is_skip
     );
 }
 
+#[tokio::test]
+async fn a_storm_of_copies_in_a_batch_is_written_one_copy_of_each_event_per_statement() {
+    let app = TestApp::spawn().await;
+    let routing = routing();
+    let events = ["evt_1", "evt_2", "evt_1", "evt_2", "evt_1", "evt_2", "evt_1"];
+    let deliveries: Vec<ToApply> = events
+        .iter()
+        .map(|event| to_apply(&routing, &subscription_created(event, &format!("sub_of_{event}"))))
+        .collect();
+
+    let answers = together(&app, &mut connection(&app).await, &deliveries).await;
+
+    assert_eq!(
+        outcomes(&answers),
+        ["processed", "processed", "duplicate", "duplicate", "duplicate", "duplicate", "duplicate"]
+    );
+    // Four rounds (the fourth copy of evt_1 alone): not one statement per copy.
+    let statements = app.count("SELECT count(DISTINCT xmin::text) FROM webhook_events").await;
+    assert_eq!(statements, 4);
+    assert_eq!(app.count("SELECT count(*) FROM credit_grants").await, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_batches_contending_on_the_same_events_and_subscription_answer_each_delivery_as_alone() {
     let app = TestApp::spawn().await;
