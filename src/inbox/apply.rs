@@ -10,7 +10,7 @@ use sqlx::PgConnection;
 
 use super::archive::{self, Applied};
 use super::error::ErrorClass;
-use super::together::{Alone, Answers, answer_rest, fell_back, next_round, one_at_a_time};
+use super::together::{Alone, Answers, answer_rest, fell_back, first_of_each_event, one_at_a_time};
 use super::{Delivery, EffectError, InboxError, Recorded, ToApply};
 
 /// Records a delivery and applies its event's effect exactly once.
@@ -65,9 +65,9 @@ pub async fn apply(conn: &mut PgConnection, to_apply: &ToApply) -> Result<Record
 /// Applies several deliveries, each as [`apply`] would, answered in input
 /// order: the first delivery of each event whose effect's input could be
 /// read, grouped by effect, one statement (and one commit) per group.
-/// Copies of an event go in later statements ([`next_round`]); what cannot
-/// go with others (an input that fails, an effect no other delivery shares)
-/// runs alone afterwards; so does every delivery of a group
+/// Later deliveries of an event are archived as duplicates, together, once
+/// it committed; what cannot go with others (an input that fails) runs
+/// alone afterwards; so does every delivery of a group
 /// whose statement failed for any reason but a lost connection (an effect's
 /// error, a lock wait, a deadlock), so that each gets the answer it would
 /// have had alone; that fallback is logged and counted in `fallbacks`.
@@ -78,58 +78,39 @@ pub async fn apply_together(
 ) -> Vec<Result<Recorded, InboxError>> {
     let mut answers: Answers = deliveries.iter().map(|_| None).collect();
     let rows: Vec<_> = deliveries.iter().map(|to_apply| to_apply.input().ok()).collect();
-    // Whose input could not be read, or who cannot go with others: run
-    // one at a time at the end.
-    let mut alone: Vec<bool> = rows.iter().map(Option::is_none).collect();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for i in first_of_each_event(deliveries).into_iter().filter(|&i| rows[i].is_some()) {
+        match groups.iter_mut().find(|group| deliveries[group[0]].same_effect(deliveries[i])) {
+            Some(group) => group.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
     let mut sent = false;
-    loop {
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for i in next_round(deliveries, &answers, &alone) {
-            match groups.iter_mut().find(|group| deliveries[group[0]].same_effect(deliveries[i])) {
-                Some(group) => group.push(i),
-                None => groups.push(vec![i]),
-            }
-        }
-        if groups.iter().all(|group| group.len() < 2) {
-            break;
-        }
-        for group in groups {
-            if group.len() < 2 {
-                alone[group[0]] = true;
-                continue;
-            }
-            let members: Vec<&Delivery> = group.iter().map(|&i| deliveries[i].delivery()).collect();
-            let forwards: Vec<_> = group.iter().map(|&i| deliveries[i].forwards()).collect();
-            let inputs: Vec<&[_]> = group.iter().filter_map(|&i| rows[i].as_deref()).collect();
-            let effect = deliveries[group[0]].effect();
-            let written = archive::apply_many(
-                &mut *conn,
-                &members,
-                &forwards,
-                effect.writes(),
-                effect.statements(),
-                &inputs,
-            )
-            .await;
-            match written.map_err(InboxError::at_first_statement) {
-                Ok(applied) => {
-                    for (&i, applied) in group.iter().zip(applied) {
-                        answers[i] = Some(Ok(answered(deliveries[i], applied)));
-                    }
-                }
-                Err(lost) if lost.lost_connection() && sent => {
-                    return answer_rest(answers, &lost.mid_delivery());
-                }
-                Err(lost) if lost.lost_connection() => return answer_rest(answers, &lost),
-                Err(cause) => {
-                    fell_back(&cause, &members, fallbacks);
-                    for &i in &group {
-                        alone[i] = true;
-                    }
+    for group in groups.iter().filter(|group| group.len() > 1) {
+        let members: Vec<&Delivery> = group.iter().map(|&i| deliveries[i].delivery()).collect();
+        let forwards: Vec<_> = group.iter().map(|&i| deliveries[i].forwards()).collect();
+        let inputs: Vec<&[_]> = group.iter().filter_map(|&i| rows[i].as_deref()).collect();
+        let effect = deliveries[group[0]].effect();
+        let written = archive::apply_many(
+            &mut *conn,
+            &members,
+            &forwards,
+            effect.writes(),
+            effect.statements(),
+            &inputs,
+        )
+        .await;
+        match written.map_err(InboxError::at_first_statement) {
+            Ok(applied) => {
+                for (&i, applied) in group.iter().zip(applied) {
+                    answers[i] = Some(Ok(answered(deliveries[i], applied)));
                 }
             }
-            sent = true;
+            Err(lost) if lost.lost_connection() && sent => return answer_rest(answers, &lost.mid_delivery()),
+            Err(lost) if lost.lost_connection() => return answer_rest(answers, &lost),
+            Err(cause) => fell_back(&cause, &members, fallbacks),
         }
+        sent = true;
     }
     one_at_a_time(conn, deliveries, answers, sent).await
 }

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use sqlx::PgConnection;
 
-use super::together::{Alone, Answers, answer_rest, fell_back, next_round, one_at_a_time};
+use super::together::{Alone, Answers, answer_rest, fell_back, first_of_each_event, one_at_a_time};
 use super::{Delivery, InboxError, Recorded, ToRecord, archive};
 
 /// Records a delivery, and its jobs if it is its event's first. Nothing can
@@ -27,9 +27,9 @@ pub async fn record(conn: &mut PgConnection, delivery: &ToRecord) -> Result<Reco
 }
 
 /// Records several deliveries, each as [`record`] would, in input order, but
-/// in one statement with one commit; copies of an event go in the
-/// statements after, one copy of each per statement ([`next_round`]). A
-/// delivery is recorded on its own if its batch fails for any reason but a lost connection (a payload PostgreSQL
+/// in one statement with one commit. Later deliveries of an event in the
+/// same call are then archived as duplicates, together. A delivery is
+/// recorded on its own if its batch fails for any reason but a lost connection (a payload PostgreSQL
 /// refuses, a lock wait past its bound), so that each gets its own answer;
 /// such a fallback is logged with its cause and counted in `fallbacks`.
 pub async fn record_together(
@@ -38,13 +38,8 @@ pub async fn record_together(
     fallbacks: &metrics::Counter,
 ) -> Vec<Result<Recorded, InboxError>> {
     let mut answers: Answers = deliveries.iter().map(|_| None).collect();
-    let alone = vec![false; deliveries.len()];
-    let mut sent = false;
-    loop {
-        let batch = next_round(deliveries, &answers, &alone);
-        if batch.len() < 2 {
-            break;
-        }
+    let batch = first_of_each_event(deliveries);
+    if batch.len() > 1 {
         let members: Vec<_> = batch.iter().map(|&i| deliveries[i].delivery()).collect();
         let forwards: Vec<_> = batch.iter().map(|&i| deliveries[i].forwards()).collect();
         match archive::record_many(conn, &members, &forwards).await.map_err(InboxError::at_first_statement) {
@@ -56,16 +51,11 @@ pub async fn record_together(
                     answers[i] = Some(Ok(Recorded::of(archive_id, first)));
                 }
             }
-            Err(lost) if lost.lost_connection() && sent => return answer_rest(answers, &lost.mid_delivery()),
             Err(lost) if lost.lost_connection() => return answer_rest(answers, &lost),
-            Err(cause) => {
-                fell_back(&cause, &members, fallbacks);
-                break;
-            }
+            Err(cause) => fell_back(&cause, &members, fallbacks),
         }
-        sent = true;
     }
-    one_at_a_time(conn, deliveries, answers, sent).await
+    one_at_a_time(conn, deliveries, answers, batch.len() > 1).await
 }
 
 impl Alone for ToRecord {

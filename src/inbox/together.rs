@@ -7,7 +7,7 @@ use std::future::Future;
 
 use sqlx::PgConnection;
 
-use super::{Delivery, InboxError, Recorded};
+use super::{Delivery, InboxError, Recorded, archive};
 
 /// A delivery that can be run alone on a connection.
 pub(super) trait Alone: Sync {
@@ -24,29 +24,63 @@ pub(super) trait Alone: Sync {
 /// The answers of a batch so far, by position.
 pub(super) type Answers = Vec<Option<Result<Recorded, InboxError>>>;
 
-/// The positions of the deliveries the next statement may write together:
-/// of each event, its first delivery not yet answered, unless that one was
-/// left to run `alone` (then its event's later copies wait for it too). So
-/// no two share an event, and copies of an event are written in the order
-/// they came: the first applies it, the later ones find it committed. Why
-/// rounds rather than the first copies only: in a replay storm most of a
-/// batch is copies of a few events, and each round writes a copy of each
-/// with one statement, where running the copies alone costs one each.
-pub(super) fn next_round<T: Alone>(deliveries: &[&T], answers: &Answers, alone: &[bool]) -> Vec<usize> {
+/// The positions of the deliveries that may be written by one statement:
+/// the first of each event. Later deliveries of an event in the same batch
+/// are archived as duplicates once it committed ([`one_at_a_time`]), or
+/// run alone after it if it did not.
+pub(super) fn first_of_each_event<T: Alone>(deliveries: &[&T]) -> Vec<usize> {
     let mut keys = HashSet::new();
     (0..deliveries.len())
-        .filter(|&i| answers[i].is_none())
         .filter(|&i| {
             let delivery = deliveries[i].delivery();
             keys.insert((delivery.provider.as_str(), delivery.event.id.as_str()))
         })
-        .filter(|&i| !alone[i])
         .collect()
 }
 
-/// Runs the deliveries not yet answered one at a time, on `conn`. `sent`
-/// says whether a statement already went out on `conn`: a connection lost
-/// after that is not stale, and the deliveries left are not run again.
+/// Archives as `SKIPPED`, with one statement, the deliveries not yet
+/// answered whose event an earlier one of the batch has committed
+/// (answered processed or idempotent): they are duplicates whatever else
+/// happens, since a dedup row is never removed. Why: a replay storm's
+/// batch is mostly copies of a few events, which would otherwise each run
+/// alone. Those it could not archive (any error but a lost connection)
+/// are left unanswered, to run alone.
+async fn skip_known_duplicates<T: Alone>(
+    conn: &mut PgConnection,
+    deliveries: &[&T],
+    answers: &mut Answers,
+) -> Result<(), InboxError> {
+    let key = |i: usize| {
+        let delivery = deliveries[i].delivery();
+        (delivery.provider.as_str(), delivery.event.id.as_str())
+    };
+    let committed: HashSet<_> = (0..deliveries.len())
+        .filter(|&i| matches!(answers[i], Some(Ok(Recorded::Processed { .. } | Recorded::Duplicate { .. }))))
+        .map(key)
+        .collect();
+    let known: Vec<usize> =
+        (0..deliveries.len()).filter(|&i| answers[i].is_none() && committed.contains(&key(i))).collect();
+    if known.is_empty() {
+        return Ok(());
+    }
+    let members: Vec<&Delivery> = known.iter().map(|&i| deliveries[i].delivery()).collect();
+    match archive::record_skipped(conn, &members).await.map_err(InboxError::at_first_statement) {
+        Ok(ids) => {
+            for (&i, archive_id) in known.iter().zip(ids) {
+                answers[i] = Some(Ok(Recorded::Duplicate { archive_id }));
+            }
+            Ok(())
+        }
+        Err(lost) if lost.lost_connection() => Err(lost.mid_delivery()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Runs the deliveries not yet answered one at a time, on `conn`, but
+/// archives those an earlier one has shown to be duplicates together
+/// ([`skip_known_duplicates`]). `sent` says whether a statement already
+/// went out on `conn`: a connection lost after that is not stale, and the
+/// deliveries left are not run again.
 pub(super) async fn one_at_a_time<T: Alone>(
     conn: &mut PgConnection,
     deliveries: &[&T],
@@ -54,6 +88,9 @@ pub(super) async fn one_at_a_time<T: Alone>(
     mut sent: bool,
 ) -> Vec<Result<Recorded, InboxError>> {
     for (i, delivery) in deliveries.iter().enumerate() {
+        if sent && let Err(lost) = skip_known_duplicates(conn, deliveries, &mut answers).await {
+            return answer_rest(answers, &lost);
+        }
         if answers[i].is_none() {
             match delivery.alone(&mut *conn).await {
                 Err(lost) if lost.lost_connection() && sent => {

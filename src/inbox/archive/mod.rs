@@ -93,6 +93,9 @@ struct Statements {
     record_forwarding: String,
     /// [`Statements::record_many`] that also writes the deliveries' jobs.
     record_many_forwarding: String,
+    /// Archive rows `SKIPPED`, in input order, for deliveries known to be
+    /// duplicates: no dedup row, no jobs.
+    record_skipped: String,
 }
 
 /// The parameters after the columns' that write one delivery's jobs
@@ -274,6 +277,19 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
             ),
             &parts.parameters(JOBS_OF_MANY),
         ),
+        record_skipped: numbered(
+            &format!(
+                "WITH input AS (
+                     SELECT * FROM unnest({arrays}) WITH ORDINALITY AS t({names}, n)
+                 )
+                 INSERT INTO webhook_events ({names}, processing_status, processed_at)
+                 SELECT {input}, 'SKIPPED', now() FROM input i ORDER BY i.n
+                 RETURNING id",
+                arrays = parts.arrays,
+                input = parts.input,
+            ),
+            &parts.parameters([]),
+        ),
     }
 });
 
@@ -373,6 +389,28 @@ pub async fn record_many(
         .collect()
 }
 
+/// Archives `deliveries` as `SKIPPED`, in one statement, and returns
+/// their archive ids in input order. Only for deliveries known to be
+/// duplicates: their event's dedup row is committed (and dedup rows are
+/// never removed), so nothing else of them is written. Unlike
+/// [`record_many`], several may share an event: in a replay storm most of
+/// a batch is copies of a few events.
+///
+/// Why the ids come back in input order: the rows are inserted in that
+/// order (`ORDER BY n`), and each takes the next id of the archive's
+/// sequence as it is inserted, so sorting the ids restores it.
+#[instrument(skip_all, fields(deliveries = deliveries.len()))]
+pub async fn record_skipped(conn: &mut PgConnection, deliveries: &[&Delivery]) -> sqlx::Result<Vec<i64>> {
+    let Many(query, _) = columns(Many(sqlx::query(STATEMENTS.record_skipped.as_str()), deliveries));
+    let mut ids: Vec<i64> =
+        query.fetch_all(conn).await?.iter().map(|row| row.try_get(0)).collect::<Result<_, _>>()?;
+    if ids.len() != deliveries.len() {
+        return Err(sqlx::Error::Protocol("a skipped delivery was not archived".into()));
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
 /// Each job of `deliveries` with the (1-based) position of its delivery.
 fn numbered_jobs<'d>(
     deliveries: &[&'d Delivery],
@@ -414,6 +452,7 @@ mod tests {
             (&STATEMENTS.record_failure, n + ERROR.len()),
             (&STATEMENTS.record_forwarding, n + JOBS_OF_ONE.len()),
             (&STATEMENTS.record_many_forwarding, n + JOBS_OF_MANY.len()),
+            (&STATEMENTS.record_skipped, n),
         ] {
             for (name, _) in &columns {
                 assert!(statement.contains(&format!("{name}, ")), "{name} in {statement}");
