@@ -29,9 +29,10 @@ pub async fn record(conn: &mut PgConnection, delivery: &ToRecord) -> Result<Reco
 /// Records several deliveries, each as [`record`] would, in input order, but
 /// in one statement with one commit. Later deliveries of an event in the
 /// same call are then archived as duplicates, together. A delivery is
-/// recorded on its own if its batch fails for any reason but a lost connection (a payload PostgreSQL
-/// refuses, a lock wait past its bound), so that each gets its own answer;
-/// such a fallback is logged with its cause and counted in `fallbacks`.
+/// recorded on its own if its batch fails for any reason but a lost
+/// connection (a payload PostgreSQL refuses, a lock wait past its bound),
+/// so that each gets its own answer; such a fallback is logged with its
+/// cause and counted in `fallbacks`.
 pub async fn record_together(
     conn: &mut PgConnection,
     deliveries: &[&ToRecord],

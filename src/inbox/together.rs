@@ -87,11 +87,19 @@ pub(super) async fn one_at_a_time<T: Alone>(
     mut answers: Answers,
     mut sent: bool,
 ) -> Vec<Result<Recorded, InboxError>> {
+    // Whether a delivery was answered since duplicates were last looked for.
+    let mut answered = sent;
     for (i, delivery) in deliveries.iter().enumerate() {
-        if sent && let Err(lost) = skip_known_duplicates(conn, deliveries, &mut answers).await {
+        if answers[i].is_some() {
+            continue;
+        }
+        if std::mem::take(&mut answered)
+            && let Err(lost) = skip_known_duplicates(conn, deliveries, &mut answers).await
+        {
             return answer_rest(answers, &lost);
         }
         if answers[i].is_none() {
+            answered = true;
             match delivery.alone(&mut *conn).await {
                 Err(lost) if lost.lost_connection() && sent => {
                     return answer_rest(answers, &lost.mid_delivery());

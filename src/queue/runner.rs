@@ -238,6 +238,8 @@ async fn run<Q: Queue>(
     let mut claim_failed = None;
     let mut may_be_due = true;
     let stopped = || matches!(&until, Until::Stopped { stop, .. } if stop.is_cancelled());
+    // Once stopping, or after a failed send, nothing more starts.
+    let halted = |done: &[Done<Q::Row, Q::Attempt>]| stopped() || done.iter().any(|d| d.error().is_some());
     let now = || match &until {
         Until::Stopped { .. } => Utc::now(),
         Until::Idle { now } => *now,
@@ -246,7 +248,7 @@ async fn run<Q: Queue>(
         // Unstarted rows go back now rather than when their lease ends, and
         // after a failed send the step claims them again only if the queue
         // may still send (a circuit that opened, a destination disabled).
-        if stopped() || done.iter().any(|d| d.error().is_some()) {
+        if halted(&done) {
             release.extend(waiting.drain(..).map(|w| w.row));
         }
         start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now(), Line::ALL);
@@ -283,7 +285,7 @@ async fn run<Q: Queue>(
                         stepped = &mut step => break stepped,
                         Some(finished) = in_flight.join_next(), if !in_flight.is_empty() => {
                             joined(&**queue, finished, &mut tally, &mut ended);
-                            if !stopped() && !ended.iter().any(|d| d.error().is_some()) {
+                            if !halted(&ended) {
                                 let line = Line { yielding: !claim };
                                 start(queue, &mut in_flight, &mut tally, &mut waiting, &mut late, now, line);
                             }
@@ -328,7 +330,7 @@ async fn run<Q: Queue>(
             release.clear();
             done.append(&mut ended);
             release.append(&mut late);
-            if !stopped() && !done.iter().any(|d| d.error().is_some()) {
+            if !halted(&done) {
                 start(queue, &mut in_flight, &mut tally, &mut waiting, &mut release, now, Line::ALL);
             }
         }
